@@ -1,0 +1,13 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file coresched.hpp
+/// Everything an application needs: #include <coresched/coresched.hpp>.
+
+#include <coresched/cookie.hpp>
+#include <coresched/join_handle.hpp>
+#include <coresched/options.hpp>
+#include <coresched/runtime.hpp>
+#include <coresched/stats.hpp>
+#include <coresched/this_fiber.hpp>
+#include <coresched/topology.hpp>
+#include <coresched/version.hpp>

@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file join_handle.hpp
+/// JoinHandle<T>: the result of spawning a fiber, shaped like std::jthread.
+
+#include <coresched/cookie.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+namespace coresched {
+
+/// Thrown on misuse: joining twice, fiber-only calls from a plain thread,
+/// spawning after shutdown, a zero-size stack.
+class UsageError : public std::logic_error {
+public:
+  using std::logic_error::logic_error;
+};
+
+/// Per-spawn settings. Every field is optional.
+struct SpawnOptions {
+  /// Cookie of the new fiber; unset means inherit the spawning fiber's cookie
+  /// (untagged when spawned from a plain thread).
+  std::optional<Cookie> cookie;
+  /// Usable stack size in bytes; unset means Options::stack_size. Zero is an error.
+  std::optional<std::size_t> stack_size;
+  /// Pin the fiber to one PU (Topology::pus() index): it never migrates.
+  std::optional<unsigned> pin_to_pu;
+  /// Spawn detached: no handle is returned to join.
+  bool detached = false;
+};
+
+namespace detail {
+
+/// Type-erased body of a fiber. The runtime allocates it together with its
+/// scheduling state (one allocation per spawn) and calls run() once.
+class Task {
+public:
+  virtual ~Task() = default;
+  /// Runs the callable and stores its result or exception.
+  virtual void run() noexcept = 0;
+  std::exception_ptr error; ///< Set if the callable threw.
+};
+
+/// A task whose callable returns R.
+template <class R> class ResultTask : public Task {
+public:
+  std::optional<R> result;
+};
+template <> class ResultTask<void> : public Task {};
+
+template <class F, class R> class TaskImpl final : public ResultTask<R> {
+public:
+  explicit TaskImpl(F&& f) : fn_(std::move(f)) {}
+  void run() noexcept override {
+    try {
+      if constexpr (std::is_void_v<R>) fn_();
+      else this->result.emplace(fn_());
+    } catch (...) {
+      this->error = std::current_exception();
+    }
+  }
+private:
+  F fn_;
+};
+
+class Scheduler;
+
+/// Allocates a fiber whose task is built in place by `construct`, and queues it.
+/// Returns its task. Defined in the runtime.
+Task* spawn_task(Scheduler* sched, const SpawnOptions& opts, std::size_t task_size,
+                 std::size_t task_align, void (*construct)(void* where, void* arg), void* arg);
+/// Blocks the calling fiber (or thread) until the task's fiber has finished.
+void join_task(Task* t);
+/// Drops the handle's reference; the fiber's memory goes when it has finished too.
+void release_task(Task* t) noexcept;
+/// The fiber id of a task.
+std::uint64_t task_fiber_id(const Task* t) noexcept;
+
+template <class F> Task* spawn_callable(Scheduler* s, F&& f, const SpawnOptions& o) {
+  using Fn = std::decay_t<F>;
+  using R = std::invoke_result_t<Fn&>;
+  using Impl = TaskImpl<Fn, R>;
+  auto construct = [](void* where, void* arg) {
+    ::new (where) Impl(std::move(*static_cast<Fn*>(arg)));
+  };
+  Fn local(std::forward<F>(f));
+  return spawn_task(s, o, sizeof(Impl), alignof(Impl), construct, &local);
+}
+
+} // namespace detail
+
+/// Owns a spawned fiber until it is joined or detached, like std::jthread:
+/// destroying a joinable handle joins it (and discards its result).
+template <class T> class JoinHandle {
+public:
+  JoinHandle() noexcept = default;
+  explicit JoinHandle(detail::Task* t) noexcept : task_(static_cast<detail::ResultTask<T>*>(t)) {}
+  JoinHandle(JoinHandle&& o) noexcept : task_(std::exchange(o.task_, nullptr)) {}
+  JoinHandle& operator=(JoinHandle&& o) noexcept {
+    if (this != &o) { reset(); task_ = std::exchange(o.task_, nullptr); }
+    return *this;
+  }
+  JoinHandle(const JoinHandle&) = delete;
+  JoinHandle& operator=(const JoinHandle&) = delete;
+  ~JoinHandle() { reset(); }
+
+  /// True until join() or detach().
+  bool joinable() const noexcept { return task_ != nullptr; }
+
+  /// Waits for the fiber (suspending the calling fiber, or blocking a plain
+  /// thread), then returns its result or rethrows its exception.
+  /// @throws UsageError if not joinable (joined twice, detached, empty).
+  T join() {
+    if (!task_) throw UsageError("coresched: join() on a handle that is not joinable (already joined or detached)");
+    detail::join_task(task_);
+    auto* t = std::exchange(task_, nullptr);
+    struct Release { detail::Task* t; ~Release() { detail::release_task(t); } } guard{t};
+    if (t->error) std::rethrow_exception(t->error);
+    if constexpr (!std::is_void_v<T>) return std::move(*t->result);
+  }
+
+  /// Lets the fiber run on its own; its result is discarded.
+  void detach() {
+    if (!task_) throw UsageError("coresched: detach() on a handle that is not joinable");
+    detail::release_task(std::exchange(task_, nullptr));
+  }
+
+  /// The fiber's id (0 for an empty handle).
+  std::uint64_t id() const noexcept { return task_ ? detail::task_fiber_id(task_) : 0; }
+
+private:
+  void reset() noexcept {
+    if (!task_) return;
+    try { detail::join_task(task_); } catch (...) {}
+    detail::release_task(std::exchange(task_, nullptr));
+  }
+  detail::ResultTask<T>* task_ = nullptr;
+};
+
+} // namespace coresched

@@ -1,0 +1,340 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "core_coordinator.hpp"
+
+#include "clock.hpp"
+
+#include <algorithm>
+
+namespace coresched::detail {
+
+namespace testing {
+std::atomic<bool> ignore_siblings{false};
+}
+
+void WakeList::notify() noexcept {
+  for (std::size_t i = 0; i < n_; ++i) {
+    words_[i]->fetch_add(1, std::memory_order_release);
+    words_[i]->notify_one();
+  }
+  n_ = 0;
+}
+
+CoreCoordinator::CoreCoordinator(unsigned index, const std::vector<unsigned>& workers, CoreConfig cfg)
+    : index_(index), cfg_(cfg) {
+  for (unsigned w : workers) {
+    auto s = std::make_unique<Sibling>();
+    s->worker = w;
+    siblings_.push_back(std::move(s));
+  }
+}
+
+CoreCoordinator::CookieEntry& CoreCoordinator::entry(std::uint64_t cookie) {
+  for (auto& e : cookies_)
+    if (e.cookie == cookie) return e;
+  // A cookie new to this core starts at the smallest vruntime of the others, as
+  // CFS places a waking task, so it can neither starve them nor be starved.
+  std::uint64_t floor = kNoCookie;
+  for (auto& e : cookies_)
+    if (e.runnable || e.cookie == owner_) floor = std::min(floor, e.vruntime);
+  if (cookies_.size() >= 32) {
+    // Forget cookies with nothing queued or running; they restart at the floor.
+    std::erase_if(cookies_, [&](const CookieEntry& e) {
+      if (e.runnable || e.cookie == owner_) return false;
+      for (auto& sib : siblings_)
+        if (sib->running.load(std::memory_order_relaxed) == e.cookie) return false;
+      return true;
+    });
+  }
+  CookieEntry& e = cookies_.emplace_back(CookieEntry{cookie});
+  e.vruntime = floor == kNoCookie ? 0 : floor;
+  return e;
+}
+
+void CoreCoordinator::count_queued(std::uint64_t cookie, int delta) {
+  // Written only under the lock, so a plain load+store suffices (no locked RMW).
+  queued_.store(queued_.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+  if (single_pu()) return;
+  CookieEntry& e = entry(cookie);
+  if (delta > 0 && e.runnable == 0) e.fresh = true;
+  e.runnable = static_cast<std::size_t>(static_cast<long>(e.runnable) + delta);
+}
+
+std::uint64_t CoreCoordinator::other_running(unsigned s) const noexcept {
+  if (testing::ignore_siblings.load(std::memory_order_relaxed)) return kNoCookie;
+  for (unsigned t = 0; t < size(); ++t) {
+    if (t == s) continue;
+    const std::uint64_t r = siblings_[t]->running.load(std::memory_order_relaxed);
+    if (r != kNoCookie) return r; // by the invariant, all running siblings agree
+  }
+  return kNoCookie;
+}
+
+bool CoreCoordinator::compatible_locked(unsigned s, std::uint64_t cookie) const noexcept {
+  for (unsigned t = 0; t < size(); ++t) {
+    if (t == s) continue;
+    const std::uint64_t r = siblings_[t]->running.load(std::memory_order_relaxed);
+    if (r != kNoCookie && r != cookie) return false;
+  }
+  return true;
+}
+
+std::size_t CoreCoordinator::queued_locked() const noexcept {
+  std::size_t n = 0;
+  for (const auto& s : siblings_) n += s->queue.size();
+  return n;
+}
+
+void CoreCoordinator::requeue_locked(unsigned s, Fiber* f) {
+  siblings_[s]->queue.push(f);
+  count_queued(f->cookie, +1);
+}
+
+void CoreCoordinator::enqueue_locked(unsigned s, Fiber* f, WakeList& wakes) {
+  siblings_[s]->queue.push(f);
+  count_queued(f->cookie, +1);
+  Sibling& target = *siblings_[s];
+  if (target.sleeping) {
+    target.sleeping = false;
+    wakes.add(&target.wake_word);
+    return;
+  }
+  if (f->pinned != kNotPinned) return;
+  // The target is busy: a sleeping sibling that can run this cookie takes it.
+  for (unsigned t = 0; t < size(); ++t) {
+    Sibling& o = *siblings_[t];
+    if (t != s && o.sleeping && compatible_locked(t, f->cookie)) {
+      o.sleeping = false;
+      wakes.add(&o.wake_word);
+      return;
+    }
+  }
+}
+
+// Core-wide virtual runtime: the cookie's owned wall time. Forced-idle
+// balance: the time it waited while another cookie held the core.
+bool CoreCoordinator::prefer(const CookieEntry& a, const CookieEntry& b) const noexcept {
+  if (cfg_.policy == FairnessPolicy::core_vruntime) return a.vruntime < b.vruntime;
+  return a.waited > b.waited;
+}
+
+void CoreCoordinator::checkpoint(std::uint64_t now) {
+  if (last_checkpoint_ == 0) last_checkpoint_ = now;
+  const std::uint64_t span = now - last_checkpoint_;
+  for (auto& e : cookies_) {
+    if (e.cookie == owner_) {
+      const std::uint64_t owned = now - owner_since_;
+      e.vruntime += owned;
+      owned_ns_[owner_] += owned;
+    } else if (e.runnable && !e.fresh && owner_ != kNoCookie) {
+      e.waited += span;
+    }
+    e.fresh = false;
+  }
+  owner_since_ = now;
+  last_checkpoint_ = now;
+}
+
+bool CoreCoordinator::choose_cookie(std::uint64_t running, std::uint64_t& out) {
+  CookieEntry* only = nullptr;
+  int candidates = 0;
+  for (auto& e : cookies_) {
+    if (e.runnable == 0 && e.cookie != running) continue;
+    ++candidates;
+    only = &e;
+  }
+  if (running != kNoCookie && candidates == 0) {
+    out = running;
+    return true;
+  }
+  if (candidates == 0) return false;
+  if (candidates == 1) { // the common case: no clock read
+    out = only->cookie;
+    return true;
+  }
+  checkpoint(now_ns());
+  CookieEntry* best = nullptr;
+  CookieEntry* cur = nullptr;
+  for (auto& e : cookies_) {
+    if (e.runnable == 0 && e.cookie != running) continue;
+    if (!best || prefer(e, *best)) best = &e;
+    if (e.cookie == owner_) cur = &e;
+  }
+  // Hysteresis: the core leaves its current cookie only when another is
+  // ahead by a granularity, so two busy cookies alternate in slices, not per yield.
+  if (cur && best != cur) {
+    const bool ahead = cfg_.policy == FairnessPolicy::core_vruntime
+                           ? best->vruntime + cfg_.granularity_ns < cur->vruntime
+                           : best->waited > cur->waited + cfg_.granularity_ns;
+    if (!ahead) best = cur;
+  }
+  out = best->cookie;
+  return true;
+}
+
+Fiber* CoreCoordinator::take(unsigned s, std::uint64_t cookie) {
+  Fiber* f = siblings_[s]->queue.pop(cookie);
+  for (unsigned t = 0; !f && t < size(); ++t)
+    if (t != s) f = siblings_[t]->queue.steal(cookie, false);
+  if (f) count_queued(cookie, -1);
+  return f;
+}
+
+void CoreCoordinator::set_forced(unsigned s, bool on) noexcept {
+  Sibling& me = *siblings_[s];
+  if (me.forced_idle == on) return;
+  me.forced_idle = on;
+  forced_.fetch_add(on ? 1 : -1, std::memory_order_relaxed);
+}
+
+void CoreCoordinator::wake_sleepers(WakeList& wakes, unsigned except, bool only_with_work) {
+  for (unsigned t = 0; t < size(); ++t) {
+    Sibling& o = *siblings_[t];
+    if (t == except || !o.sleeping) continue;
+    if (only_with_work && !o.forced_idle && o.queue.empty()) continue;
+    o.sleeping = false;
+    wakes.add(&o.wake_word);
+  }
+}
+
+void CoreCoordinator::start(unsigned s, Fiber* f, WakeList& wakes) {
+  Sibling& me = *siblings_[s];
+  set_forced(s, false);
+  me.running.store(f->cookie, std::memory_order_release);
+  if (single_pu()) return;
+  if (f->cookie != owner_) {
+    checkpoint(now_ns());
+    owner_ = f->cookie;
+    cookie_switches.fetch_add(1, std::memory_order_relaxed);
+    wake_sleepers(wakes, s, true); // the core changed cookie: waiting siblings re-pick
+  } else if (entry(f->cookie).runnable > 0) {
+    wake_sleepers(wakes, s, true); // more of this cookie queued: let idle siblings help
+  }
+}
+
+Pick CoreCoordinator::stop_and_idle(unsigned s, std::uint64_t running_elsewhere, WakeList& wakes) {
+  set_forced(s, false);
+  if (running_elsewhere == kNoCookie) wake_sleepers(wakes, s, true);
+  Pick p;
+  p.kind = Pick::Kind::idle;
+  p.steal = running_elsewhere == kNoCookie ? Pick::Steal::any : Pick::Steal::cookie;
+  p.steal_cookie = running_elsewhere;
+  return p;
+}
+
+Pick CoreCoordinator::pick_locked(unsigned s, WakeList& wakes) {
+  Sibling& me = *siblings_[s];
+  me.running.store(kNoCookie, std::memory_order_release);
+  me.preempt.store(false, std::memory_order_relaxed);
+  if (single_pu()) {
+    Pick p;
+    if ((p.fiber = me.queue.pop_oldest())) {
+      count_queued(p.fiber->cookie, -1);
+      p.kind = Pick::Kind::run;
+      me.running.store(p.fiber->cookie, std::memory_order_release);
+      return p;
+    }
+    p.steal = Pick::Steal::any;
+    return p;
+  }
+  const std::uint64_t elsewhere = other_running(s);
+  std::uint64_t want = 0;
+  if (!choose_cookie(elsewhere, want)) return stop_and_idle(s, elsewhere, wakes);
+  Pick p;
+  if (elsewhere != kNoCookie && want != elsewhere) {
+    // Another cookie is due: ask the siblings running `elsewhere` to stop at
+    // their next preemption point, and idle until they have.
+    for (unsigned t = 0; t < size(); ++t)
+      if (t != s && siblings_[t]->running.load(std::memory_order_relaxed) == elsewhere)
+        siblings_[t]->preempt.store(true, std::memory_order_relaxed);
+    set_forced(s, true);
+    p.kind = Pick::Kind::forced_idle;
+    p.wanted = want;
+    p.blocker = elsewhere;
+    return p;
+  }
+  if ((p.fiber = take(s, want))) {
+    p.kind = Pick::Kind::run;
+    start(s, p.fiber, wakes);
+    return p;
+  }
+  // The core's cookie is `want` but no fiber of it is ours to run.
+  bool other_work = false;
+  for (auto& e : cookies_)
+    if (e.runnable && e.cookie != want) { other_work = true; p.wanted = e.cookie; }
+  if (!other_work) return stop_and_idle(s, elsewhere, wakes);
+  if (elsewhere == kNoCookie) {
+    // `want` is queued but pinned to a sibling: hand the core to it.
+    if (owner_ != want) {
+      checkpoint(now_ns());
+      owner_ = want;
+      cookie_switches.fetch_add(1, std::memory_order_relaxed);
+    }
+    wake_sleepers(wakes, s, true);
+  }
+  set_forced(s, true);
+  p.kind = Pick::Kind::forced_idle;
+  p.blocker = want;
+  p.steal = Pick::Steal::cookie; // like the kernel's try_steal_cookie
+  p.steal_cookie = want;
+  return p;
+}
+
+Fiber* CoreCoordinator::steal_locked(std::uint64_t cookie, bool any) {
+  for (auto& s : siblings_) {
+    if (Fiber* f = s->queue.steal(cookie, any)) {
+      count_queued(f->cookie, -1);
+      return f;
+    }
+  }
+  return nullptr;
+}
+
+bool CoreCoordinator::change_running_cookie_locked(unsigned s, std::uint64_t cookie, WakeList& wakes) {
+  if (!compatible_locked(s, cookie)) return false;
+  siblings_[s]->running.store(cookie, std::memory_order_release);
+  if (!single_pu() && cookie != owner_) {
+    checkpoint(now_ns());
+    owner_ = cookie;
+    cookie_switches.fetch_add(1, std::memory_order_relaxed);
+    wake_sleepers(wakes, s, true);
+  }
+  return true;
+}
+
+void CoreCoordinator::prepare_sleep_locked(unsigned s) {
+  siblings_[s]->sleeping = true;
+  if (single_pu() || owner_ == kNoCookie) return;
+  for (auto& o : siblings_)
+    if (o->running.load(std::memory_order_relaxed) != kNoCookie) return;
+  // The whole core idles: stop charging its last cookie for the idle time.
+  checkpoint(now_ns());
+  owner_ = kNoCookie;
+}
+
+bool CoreCoordinator::sibling_conflict(unsigned s, std::uint64_t cookie) const noexcept {
+  for (unsigned t = 0; t < size(); ++t) {
+    if (t == s) continue;
+    const std::uint64_t r = siblings_[t]->running.load(std::memory_order_acquire);
+    if (r != kNoCookie && r != cookie) return true;
+  }
+  return false;
+}
+
+std::uint64_t CoreCoordinator::running_cookie() const noexcept {
+  for (const auto& s : siblings_) {
+    const std::uint64_t r = s->running.load(std::memory_order_relaxed);
+    if (r != kNoCookie) return r;
+  }
+  return kNoCookie;
+}
+
+std::vector<CoreCoordinator::CookieTime> CoreCoordinator::ownership() {
+  std::vector<CookieTime> out;
+  lock_.lock();
+  if (!single_pu() && owner_ != kNoCookie) checkpoint(now_ns());
+  for (auto& [cookie, ns] : owned_ns_) out.push_back({cookie, ns});
+  lock_.unlock();
+  return out;
+}
+
+} // namespace coresched::detail

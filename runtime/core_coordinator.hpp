@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+// The per-core coordinator: one per physical core, shared by the workers of its
+// sibling PUs. It owns their run queues under one lock (as the kernel's
+// core-wide runqueue lock does) and makes the core-wide pick: which cookie the
+// core runs next, and which fiber each sibling runs, or that it is forced idle.
+//
+// Invariant (isolation): two siblings never publish different cookies in
+// `running` at the same time. A sibling publishes a cookie only under the lock
+// and only when every other sibling runs nothing or that same cookie; a sibling
+// clears its cookie only after its fiber stopped. The cookie hand-over therefore
+// has no overlap window: the new cookie starts after the old one stopped.
+#pragma once
+
+#include "run_queue.hpp"
+#include "spin_lock.hpp"
+
+#include <coresched/options.hpp>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+namespace coresched::detail {
+
+/// "No fiber running" in Sibling::running.
+inline constexpr std::uint64_t kNoCookie = std::numeric_limits<std::uint64_t>::max();
+
+/// Futex words to notify once the core lock is released.
+class WakeList {
+public:
+  void add(std::atomic<std::uint32_t>* w) noexcept {
+    if (n_ < words_.size()) words_[n_++] = w;
+  }
+  /// Bumps and notifies every word; call after unlocking.
+  void notify() noexcept;
+  bool empty() const noexcept { return n_ == 0; }
+
+private:
+  std::array<std::atomic<std::uint32_t>*, 8> words_{};
+  std::size_t n_ = 0;
+};
+
+/// The per-PU part of a core's state.
+struct Sibling {
+  unsigned worker = 0;  // global worker index
+  RunQueue queue;       // guarded by the core lock
+  std::atomic<std::uint64_t> running{kNoCookie}; // published cookie; written under the lock
+  std::atomic<bool> preempt{false};     // asks the running fiber to yield at its next preempt_point
+  std::atomic<std::uint32_t> wake_word{0}; // futex the worker sleeps on
+  bool sleeping = false;    // guarded: the worker is (about to be) blocked on wake_word
+  bool forced_idle = false; // guarded: idle although the core has runnable fibers
+};
+
+/// What a sibling should do next.
+struct Pick {
+  enum class Kind { run, idle, forced_idle };
+  Kind kind = Kind::idle;
+  Fiber* fiber = nullptr;
+  std::uint64_t wanted = 0;       // forced idle: the cookie it would have run
+  std::uint64_t blocker = 0;      // forced idle: the cookie holding the core
+  enum class Steal { none, cookie, any };
+  Steal steal = Steal::none;      // what it may take from other cores:
+  std::uint64_t steal_cookie = 0; // fibers of this cookie (Steal::cookie)
+};
+
+struct CoreConfig {
+  FairnessPolicy policy = FairnessPolicy::core_vruntime;
+  std::uint64_t granularity_ns = 500'000; // hysteresis before the core changes cookie
+};
+
+class CoreCoordinator {
+public:
+  CoreCoordinator(unsigned index, const std::vector<unsigned>& workers, CoreConfig cfg);
+  CoreCoordinator(const CoreCoordinator&) = delete;
+  CoreCoordinator& operator=(const CoreCoordinator&) = delete;
+
+  SpinLock& lock() noexcept { return lock_; }
+  Sibling& sibling(unsigned s) noexcept { return *siblings_[s]; }
+  const Sibling& sibling(unsigned s) const noexcept { return *siblings_[s]; }
+  unsigned size() const noexcept { return static_cast<unsigned>(siblings_.size()); }
+  unsigned index() const noexcept { return index_; }
+  bool single_pu() const noexcept { return siblings_.size() == 1; }
+
+  // ---- under lock() ----
+  /// Queues `f` on sibling `s` and wakes a sibling that can run it.
+  void enqueue_locked(unsigned s, Fiber* f, WakeList& wakes);
+  /// Puts a yielding fiber back on sibling `s`'s queue (no wake-ups).
+  void requeue_locked(unsigned s, Fiber* f);
+  /// The core-wide pick for sibling `s`, whose fiber (if any) has stopped.
+  Pick pick_locked(unsigned s, WakeList& wakes);
+  /// Takes an unpinned queued fiber for a worker of another core.
+  Fiber* steal_locked(std::uint64_t cookie, bool any);
+  /// Whether sibling `s` could start a fiber of `cookie` now without breaking isolation.
+  bool compatible_locked(unsigned s, std::uint64_t cookie) const noexcept;
+  /// The running fiber on `s` changes its cookie; false if a sibling runs another cookie.
+  bool change_running_cookie_locked(unsigned s, std::uint64_t cookie, WakeList& wakes);
+  /// Sibling `s` is going to sleep: wakes it up on the next change.
+  void prepare_sleep_locked(unsigned s);
+  /// Fibers queued on the whole core.
+  std::size_t queued_locked() const noexcept;
+
+  // ---- lock-free ----
+  /// Isolation checker: does any other sibling publish a cookie other than `cookie`?
+  bool sibling_conflict(unsigned s, std::uint64_t cookie) const noexcept;
+  /// The cookie any sibling runs, or kNoCookie (placement reads this racily).
+  std::uint64_t running_cookie() const noexcept;
+  /// How many siblings are forced idle now (for the slice tick rule).
+  int forced_idle_count() const noexcept { return forced_.load(std::memory_order_relaxed); }
+  /// Fibers queued on the core (a hint for thieves; exact under the lock).
+  int queued_hint() const noexcept { return queued_.load(std::memory_order_relaxed); }
+
+  // ---- statistics (relaxed counters) ----
+  std::atomic<std::uint64_t> cookie_switches{0};
+  std::atomic<std::uint64_t> forced_idle_ns{0};
+  struct CookieTime { std::uint64_t cookie; std::uint64_t core_ns; };
+  /// Core-ownership time per cookie so far (takes the lock).
+  std::vector<CookieTime> ownership();
+
+private:
+  struct CookieEntry {
+    std::uint64_t cookie;
+    std::size_t runnable = 0;    // queued on this core
+    std::uint64_t vruntime = 0;  // core-wide: wall time this cookie owned the core
+    std::uint64_t waited = 0;    // time it was runnable while another cookie owned the core
+    bool fresh = true;           // became runnable since the last checkpoint
+  };
+  CookieEntry& entry(std::uint64_t cookie);
+  void count_queued(std::uint64_t cookie, int delta);
+  std::uint64_t other_running(unsigned s) const noexcept;
+  bool choose_cookie(std::uint64_t running, std::uint64_t& out);
+  bool prefer(const CookieEntry& a, const CookieEntry& b) const noexcept;
+  void checkpoint(std::uint64_t now);
+  Fiber* take(unsigned s, std::uint64_t cookie);
+  void start(unsigned s, Fiber* f, WakeList& wakes);
+  void set_forced(unsigned s, bool on) noexcept;
+  void wake_sleepers(WakeList& wakes, unsigned except, bool only_with_work);
+  Pick stop_and_idle(unsigned s, std::uint64_t running_elsewhere, WakeList& wakes);
+
+  SpinLock lock_;
+  unsigned index_;
+  CoreConfig cfg_;
+  std::vector<std::unique_ptr<Sibling>> siblings_;
+  std::vector<CookieEntry> cookies_;
+  std::uint64_t owner_ = kNoCookie;  // the core's current cookie (sticky while idle)
+  std::uint64_t owner_since_ = 0;
+  std::uint64_t last_checkpoint_ = 0;
+  std::atomic<int> forced_{0};
+  std::atomic<int> queued_{0};
+  std::unordered_map<std::uint64_t, std::uint64_t> owned_ns_; // statistics, per cookie
+};
+
+namespace testing {
+/// Test-only: when set, pick_locked ignores what siblings run, breaking
+/// isolation on purpose so tests can prove the checker catches it.
+extern std::atomic<bool> ignore_siblings;
+} // namespace testing
+
+} // namespace coresched::detail

@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+// The fiber control block: scheduling state, saved context, join state. It is
+// allocated in one piece with the user's task (see kTaskOffset), so a spawn
+// costs one allocation. A fiber gets a stack only when it first runs, so a
+// million queued fibers hold no stacks.
+#pragma once
+
+#include "spin_lock.hpp"
+#include "stack_pool.hpp"
+
+#include <coresched/join_handle.hpp>
+
+#include <atomic>
+#include <boost/context/detail/fcontext.hpp>
+#include <cstddef>
+#include <cstdint>
+
+namespace coresched::detail {
+
+namespace ctx = boost::context::detail;
+
+enum class FiberState : std::uint8_t {
+  runnable, // queued (or about to be)
+  running,
+  parking,  // deciding to suspend; a wake now is remembered
+  parked,   // suspended; a wake must queue it
+  done,
+};
+
+inline constexpr int kNotPinned = -1;
+
+class Scheduler;
+
+struct Fiber {
+  Scheduler* owner = nullptr; // the runtime it belongs to
+  // --- run queue (guarded by the owning core's lock) ---
+  Fiber* next = nullptr;
+  std::uint64_t seq = 0;   // FIFO order across a queue's cookie lists
+  // --- identity ---
+  std::uint64_t id = 0;
+  std::uint64_t cookie = 0;
+  int pinned = kNotPinned; // worker index, or kNotPinned
+  unsigned last_worker = 0;
+  // --- execution ---
+  ctx::fcontext_t context = nullptr;
+  Stack stack;
+  std::size_t stack_size = 0;
+  bool fresh = true;            // never run: no stack, no context yet
+  bool is_task = true;          // false for a worker's idle context
+  std::atomic<bool> context_saved{true}; // false while switching out after being queued
+  std::atomic<FiberState> state{FiberState::runnable};
+  // --- lifetime and join ---
+  std::atomic<int> refs{1};
+  SpinLock join_lock;
+  std::atomic<std::uint32_t> done{0};
+  Fiber* joiner = nullptr;
+
+  Task* task() noexcept;
+  static Fiber* of(const Task* t) noexcept;
+};
+
+/// Where the task lives behind the control block.
+inline constexpr std::size_t kTaskAlign = 64;
+inline constexpr std::size_t kTaskOffset = (sizeof(Fiber) + kTaskAlign - 1) / kTaskAlign * kTaskAlign;
+
+inline Task* Fiber::task() noexcept {
+  return reinterpret_cast<Task*>(reinterpret_cast<char*>(this) + kTaskOffset);
+}
+inline Fiber* Fiber::of(const Task* t) noexcept {
+  return reinterpret_cast<Fiber*>(reinterpret_cast<char*>(const_cast<Task*>(t)) - kTaskOffset);
+}
+
+/// Destroys the task and frees the block when the last reference goes.
+void release_fiber(Fiber* f) noexcept;
+/// Makes a parked fiber runnable on its own runtime (no-op unless parked or parking).
+void wake_fiber(Fiber* f);
+
+} // namespace coresched::detail

@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+// A worker's run queue: one FIFO per cookie, so the core-wide pick can take
+// "the oldest fiber of cookie K" without scanning fibers of other cookies
+// (the kernel keeps an rbtree keyed by cookie for the same reason). A sequence
+// number keeps round-robin order across cookies on single-PU cores.
+// Not thread-safe: guarded by the owning core's lock.
+#pragma once
+
+#include "fiber.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace coresched::detail {
+
+class RunQueue {
+public:
+  void push(Fiber* f) noexcept;
+  /// Oldest fiber of `cookie`, or null.
+  Fiber* pop(std::uint64_t cookie) noexcept;
+  /// Oldest fiber of any cookie, or null.
+  Fiber* pop_oldest() noexcept;
+  /// Oldest unpinned fiber of `cookie` (any cookie if `any`), for another worker.
+  Fiber* steal(std::uint64_t cookie, bool any) noexcept;
+  /// Whether an unpinned fiber of `cookie` is queued.
+  bool has_stealable(std::uint64_t cookie) const noexcept;
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  /// Number of fibers queued with `cookie`.
+  std::size_t count(std::uint64_t cookie) const noexcept;
+
+private:
+  struct List {
+    std::uint64_t cookie;
+    Fiber* head = nullptr;
+    Fiber* tail = nullptr;
+    std::size_t count = 0;
+  };
+  List* find(std::uint64_t cookie) noexcept;
+  const List* find(std::uint64_t cookie) const noexcept;
+  static Fiber* unlink_first_unpinned(List& l) noexcept;
+  std::vector<List> lists_;
+  std::uint64_t next_seq_ = 0;
+  std::size_t size_ = 0;
+};
+
+} // namespace coresched::detail

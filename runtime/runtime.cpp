@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+// The public Runtime and the join-handle plumbing, over the scheduler.
+#include "scheduler.hpp"
+
+#include <coresched/runtime.hpp>
+
+namespace coresched {
+
+Runtime::Runtime(Options options) : sched_(std::make_unique<detail::Scheduler>(std::move(options), this)) {}
+
+Runtime::~Runtime() {
+  try {
+    shutdown();
+  } catch (const UsageError&) {
+    std::terminate(); // destroying a runtime from its own fiber cannot work
+  }
+}
+
+void Runtime::shutdown() { sched_->shutdown(); }
+const Topology& Runtime::topology() const noexcept { return sched_->topology(); }
+const Options& Runtime::options() const noexcept { return sched_->options(); }
+Stats Runtime::stats() const { return sched_->stats(); }
+
+Runtime* Runtime::current() noexcept {
+  detail::Worker* w = detail::Worker::current();
+  return w ? w->scheduler().owner() : nullptr;
+}
+
+namespace detail {
+
+Task* spawn_task(Scheduler* sched, const SpawnOptions& opts, std::size_t task_size, std::size_t task_align,
+                 void (*construct)(void*, void*), void* arg) {
+  return sched->spawn(opts, task_size, task_align, construct, arg);
+}
+
+void join_task(Task* t) {
+  Fiber* f = Fiber::of(t);
+  if (f->done.load(std::memory_order_acquire)) return;
+  Worker* w = Worker::current();
+  if (!w || !w->in_task()) {
+    while (!f->done.load(std::memory_order_acquire)) f->done.wait(0, std::memory_order_acquire);
+    return;
+  }
+  Fiber* self = w->running();
+  if (self == f) throw UsageError("coresched: a fiber cannot join itself");
+  f->join_lock.lock();
+  if (f->done.load(std::memory_order_acquire)) {
+    f->join_lock.unlock();
+    return;
+  }
+  if (f->joiner) {
+    f->join_lock.unlock();
+    throw UsageError("coresched: two fibers join the same fiber");
+  }
+  self->state.store(FiberState::parking, std::memory_order_release);
+  f->joiner = self;
+  f->join_lock.unlock();
+  w->park();
+}
+
+void release_task(Task* t) noexcept { release_fiber(Fiber::of(t)); }
+
+std::uint64_t task_fiber_id(const Task* t) noexcept { return Fiber::of(t)->id; }
+
+} // namespace detail
+} // namespace coresched

@@ -1,0 +1,328 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "scheduler.hpp"
+
+#include "kernel_cookie.hpp"
+#include "log.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <thread>
+
+namespace coresched::detail {
+
+namespace {
+std::atomic<std::uint64_t> next_fiber_id{1};
+
+std::size_t round_to_pages(std::size_t n) {
+  const std::size_t ps = page_size();
+  return (n + ps - 1) / ps * ps;
+}
+} // namespace
+
+Scheduler::Scheduler(Options options, Runtime* owner)
+    : options_(std::move(options)), owner_(owner), topology_(Topology::discover(options_.topology)),
+      shared_stacks_(round_to_pages(options_.stack_size ? options_.stack_size : 1)) {
+  set_log_level(options_.log_level);
+  if (options_.stack_size == 0) throw UsageError("coresched: Options::stack_size must not be zero");
+  if (options_.slice.count() <= 0) throw UsageError("coresched: Options::slice must be positive");
+  options_.topology = topology_.spec();
+  const CoreConfig cfg{options_.policy,
+                       static_cast<std::uint64_t>(std::chrono::nanoseconds(options_.slice).count()) / 2};
+  for (const auto& c : topology_.cores()) cores_.push_back(std::make_unique<CoreCoordinator>(c.index, c.pus, cfg));
+  for (const auto& pu : topology_.pus()) {
+    const auto& sibs = topology_.cores()[pu.core].pus;
+    const auto pos = static_cast<unsigned>(std::find(sibs.begin(), sibs.end(), pu.index) - sibs.begin());
+    workers_.push_back(std::make_unique<Worker>(*this, pu, *cores_[pu.core], pos, shared_stacks_));
+  }
+  llc_workers_.resize(topology_.llcs().size());
+  mask_bit_.resize(workers_.size());
+  for (const auto& pu : topology_.pus()) {
+    mask_bit_[pu.index] = static_cast<unsigned>(llc_workers_[pu.llc].size());
+    llc_workers_[pu.llc].push_back(pu.index);
+  }
+  for (const auto& ws : llc_workers_) idle_masks_.push_back(std::make_unique<IdleMask>(static_cast<unsigned>(ws.size())));
+  // Steal order: other cores of the same LLC first, then the rest, nearest index first.
+  for (const auto& pu : topology_.pus()) {
+    std::vector<unsigned> order;
+    for (const auto& c : topology_.cores())
+      if (c.index != pu.core) order.push_back(c.index);
+    std::stable_sort(order.begin(), order.end(), [&](unsigned a, unsigned b) {
+      const bool la = topology_.cores()[a].llc == pu.llc, lb = topology_.cores()[b].llc == pu.llc;
+      if (la != lb) return la;
+      const auto da = a > pu.core ? a - pu.core : pu.core - a, db = b > pu.core ? b - pu.core : pu.core - b;
+      return da < db;
+    });
+    steal_order_.push_back(std::move(order));
+  }
+  timer_ = std::make_unique<TimerThread>(
+      std::chrono::nanoseconds(options_.slice) / 4, [](Fiber* f) { wake_fiber(f); }, [this] { return tick(); });
+  if (options_.kernel_cookie) maybe_kernel_cookie();
+  log().info("{}", topology_.describe());
+  for (auto& w : workers_) w->start();
+}
+
+Scheduler::~Scheduler() { shutdown(); }
+
+void Scheduler::maybe_kernel_cookie() {
+  std::string why;
+  if (tag_threads_with_kernel_cookie(why)) log().info("kernel core-scheduling cookie set on the runtime's threads");
+  else log().warn("kernel core scheduling unavailable ({}); continuing without it", why);
+}
+
+// ---------------------------------------------------------------- spawning
+
+Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t align,
+                       void (*construct)(void*, void*), void* arg) {
+  if (stopping_.load(std::memory_order_acquire)) throw UsageError("coresched: spawn after shutdown");
+  if (opts.stack_size && *opts.stack_size == 0) throw UsageError("coresched: a fiber's stack size must not be zero");
+  if (opts.pin_to_pu && *opts.pin_to_pu >= workers_.size())
+    throw UsageError("coresched: pin_to_pu " + std::to_string(*opts.pin_to_pu) + " is out of range (" +
+                     std::to_string(workers_.size()) + " PUs)");
+  if (align > kTaskAlign) throw UsageError("coresched: callables aligned beyond 64 bytes are not supported");
+  void* mem = ::operator new(kTaskOffset + size, std::align_val_t(kTaskAlign));
+  auto* f = new (mem) Fiber;
+  try {
+    construct(static_cast<char*>(mem) + kTaskOffset, arg);
+  } catch (...) {
+    f->~Fiber();
+    ::operator delete(mem, std::align_val_t(kTaskAlign));
+    throw;
+  }
+  Worker* here = Worker::current();
+  const bool local = here && &here->scheduler() == this && here->in_task();
+  f->owner = this;
+  f->id = next_fiber_id.fetch_add(1, std::memory_order_relaxed);
+  f->cookie = opts.cookie ? opts.cookie->value() : local ? here->running()->cookie : 0;
+  f->stack_size = round_to_pages(opts.stack_size ? *opts.stack_size : options_.stack_size);
+  f->pinned = opts.pin_to_pu ? static_cast<int>(*opts.pin_to_pu) : kNotPinned;
+  f->refs.store(opts.detached ? 1 : 2, std::memory_order_relaxed);
+  Task* t = opts.detached ? nullptr : f->task();
+  live_.fetch_add(1, std::memory_order_relaxed);
+  if (f->pinned != kNotPinned) {
+    f->last_worker = static_cast<unsigned>(f->pinned);
+    enqueue_on(f->last_worker, f);
+  } else if (local) {
+    // Spawned by a fiber: queue locally (cache-warm); a backlog wakes a helper to steal.
+    f->last_worker = here->index();
+    enqueue_on(here->index(), f);
+    if (here->core().queued_hint() > 1) wake_helper(*here);
+  } else {
+    f->last_worker = next_external_.fetch_add(1, std::memory_order_relaxed) % workers_.size();
+    place(f);
+  }
+  return t;
+}
+
+void Scheduler::enqueue_on(unsigned w, Fiber* f) {
+  Worker& target = *workers_[w];
+  WakeList wakes;
+  target.core().lock().lock();
+  target.core().enqueue_locked(target.sibling_index(), f, wakes);
+  target.core().lock().unlock();
+  wakes.notify();
+}
+
+void Scheduler::place(Fiber* f) {
+  enqueue_on(f->pinned != kNotPinned ? static_cast<unsigned>(f->pinned) : choose_worker(*f, f->last_worker), f);
+}
+
+// ---------------------------------------------------------------- placement
+
+// 0: unsuitable; 1: idle PU on a wholly idle core; 2: idle PU whose core runs
+// the fiber's cookie. An idle PU whose core runs another cookie could only be
+// forced idle, so it is never chosen.
+int Scheduler::classify(const Fiber& f, unsigned w) const {
+  const Worker& wk = *workers_[w];
+  if (!wk.idle.load(std::memory_order_acquire)) return 0;
+  const std::uint64_t running = const_cast<Worker&>(wk).core().running_cookie();
+  if (running == kNoCookie) return 1;
+  return running == f.cookie ? 2 : 0;
+}
+
+unsigned Scheduler::choose_by_mask(const Fiber& f, unsigned llc) const {
+  int second = -1;
+  const int first = idle_masks_[llc]->find([&](unsigned bit) {
+    const int cls = classify(f, llc_workers_[llc][bit]);
+    if (cls == 2 && second < 0) second = static_cast<int>(bit);
+    return cls == 1;
+  });
+  if (first >= 0) return llc_workers_[llc][static_cast<unsigned>(first)];
+  return second >= 0 ? llc_workers_[llc][static_cast<unsigned>(second)] : ~0u;
+}
+
+unsigned Scheduler::choose_by_scan(const Fiber& f, unsigned llc) const {
+  unsigned second = ~0u;
+  for (unsigned w : llc_workers_[llc]) {
+    const int cls = classify(f, w);
+    if (cls == 1) return w;
+    if (cls == 2 && second == ~0u) second = w;
+  }
+  return second;
+}
+
+unsigned Scheduler::choose_worker(const Fiber& f, unsigned prev) const {
+  if (f.pinned != kNotPinned) return static_cast<unsigned>(f.pinned);
+  if (classify(f, prev) != 0) return prev; // cache-warm and free
+  const unsigned llc = workers_[prev]->pu().llc;
+  const unsigned w = options_.placement == Placement::mask ? choose_by_mask(f, llc) : choose_by_scan(f, llc);
+  if (w != ~0u) return w;
+  Worker* here = Worker::current();
+  if (here && &here->scheduler() == this) return here->index(); // busy everywhere: stay near the waker
+  return prev;
+}
+
+// ---------------------------------------------------------------- idle workers
+
+void Scheduler::note_idle(const Worker& w, bool idle) noexcept {
+  const unsigned llc = w.pu().llc;
+  if (idle) {
+    idle_masks_[llc]->set(mask_bit_[w.index()]);
+    idle_count_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    idle_masks_[llc]->clear(mask_bit_[w.index()]);
+    idle_count_.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+bool Scheduler::try_start_spinning() noexcept {
+  int s = spinning_.load(std::memory_order_relaxed);
+  for (;;) {
+    if (s * 2 >= idle_count_.load(std::memory_order_relaxed)) return false;
+    if (spinning_.compare_exchange_weak(s, s + 1, std::memory_order_relaxed)) return true;
+  }
+}
+
+void Scheduler::wake_helper(const Worker& from) {
+  if (spinning_.load(std::memory_order_relaxed) > 0) return; // a spinner will find the work
+  const unsigned nllc = static_cast<unsigned>(llc_workers_.size());
+  for (unsigned i = 0; i < nllc; ++i) {
+    const unsigned llc = (from.pu().llc + i) % nllc;
+    bool woke = false;
+    idle_masks_[llc]->find([&](unsigned bit) {
+      Worker& w = *workers_[llc_workers_[llc][bit]];
+      if (&w == &from) return false;
+      WakeList wakes;
+      w.core().lock().lock();
+      Sibling& s = w.sibling();
+      if (s.sleeping) {
+        s.sleeping = false;
+        wakes.add(&s.wake_word);
+        woke = true;
+      }
+      w.core().lock().unlock();
+      wakes.notify();
+      return woke;
+    });
+    if (woke) return;
+  }
+}
+
+Fiber* Scheduler::steal_for(Worker& thief, const Pick& p) {
+  if (p.steal == Pick::Steal::none) return nullptr;
+  for (unsigned ci : steal_order_[thief.index()]) {
+    CoreCoordinator& c = *cores_[ci];
+    if (c.queued_hint() <= 0 || !c.lock().try_lock()) continue;
+    Fiber* f = c.steal_locked(p.steal_cookie, p.steal == Pick::Steal::any);
+    c.lock().unlock();
+    if (f) return f;
+  }
+  return nullptr;
+}
+
+// ---------------------------------------------------------------- time
+
+void Scheduler::sleep_until(TimerThread::Clock::time_point deadline) {
+  Worker* w = Worker::current();
+  if (stopping_.load(std::memory_order_acquire)) {
+    w->yield(); // shutting down: sleeps end at once
+    return;
+  }
+  Fiber* self = w->running();
+  self->state.store(FiberState::parking, std::memory_order_release);
+  timer_->add(deadline, self);
+  w->park();
+}
+
+// The slice tick. A worker whose switch count has not moved for a whole slice
+// (or half of one while a sibling is forced idle, the kernel's rule) is asked
+// to yield at its next preemption point.
+bool Scheduler::tick() {
+  bool any_busy = false;
+  for (auto& wp : workers_) {
+    Worker& w = *wp;
+    const std::uint64_t sw = w.switches.load(std::memory_order_relaxed);
+    if (!w.busy.load(std::memory_order_relaxed) || sw != w.tick_seen) {
+      w.tick_seen = sw;
+      w.ticks_same = 0;
+      any_busy |= w.busy.load(std::memory_order_relaxed);
+      continue;
+    }
+    any_busy = true;
+    ++w.ticks_same;
+    const bool sibling_waits = w.core().forced_idle_count() > 0;
+    if (w.ticks_same >= 4 || (sibling_waits && w.ticks_same >= 2))
+      w.sibling().preempt.store(true, std::memory_order_relaxed);
+  }
+  return any_busy;
+}
+
+void Scheduler::fiber_retired() noexcept { live_.fetch_sub(1, std::memory_order_acq_rel); }
+
+// ---------------------------------------------------------------- shutdown
+
+void Scheduler::shutdown() {
+  std::lock_guard lk(shutdown_mu_);
+  if (shut_down_) return;
+  Worker* here = Worker::current();
+  if (here && &here->scheduler() == this)
+    throw UsageError("coresched: shutdown() called from one of the runtime's own fibers");
+  shut_down_ = true;
+  stopping_.store(true, std::memory_order_release);
+  timer_->expire_all(); // sleeping fibers wake now
+  while (live_.load(std::memory_order_acquire) > 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  exiting_.store(true, std::memory_order_release);
+  for (auto& c : cores_) {
+    WakeList wakes;
+    c->lock().lock();
+    for (unsigned s = 0; s < c->size(); ++s) {
+      if (c->sibling(s).sleeping) {
+        c->sibling(s).sleeping = false;
+        wakes.add(&c->sibling(s).wake_word);
+      }
+    }
+    c->lock().unlock();
+    wakes.notify();
+  }
+  for (auto& w : workers_) w->join();
+  timer_->stop();
+  const char* env = std::getenv("CORESCHED_STATS");
+  if (env && std::string(env) == "1") std::fprintf(stderr, "%s", stats().to_table().c_str());
+}
+
+Stats Scheduler::stats() {
+  Stats st;
+  std::unordered_map<std::uint64_t, CookieStats> cookies;
+  for (auto& w : workers_) {
+    WorkerStats ws;
+    w->collect(cookies, ws);
+    st.workers.push_back(ws);
+  }
+  for (auto& c : cores_) {
+    for (auto [cookie, ns] : c->ownership()) {
+      auto& cs = cookies[cookie];
+      cs.cookie = Cookie::from_value(cookie);
+      cs.core_ns += ns;
+    }
+    st.cores.push_back(CoreStats{c->index(), c->cookie_switches.load(std::memory_order_relaxed),
+                                 c->forced_idle_ns.load(std::memory_order_relaxed)});
+  }
+  for (auto& [k, v] : cookies) st.cookies.push_back(v);
+  std::sort(st.cookies.begin(), st.cookies.end(),
+            [](const CookieStats& a, const CookieStats& b) { return a.cookie.value() < b.cookie.value(); });
+  st.isolation_violations = isolation_violations.load(std::memory_order_relaxed);
+  return st;
+}
+
+} // namespace coresched::detail

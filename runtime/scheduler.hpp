@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+// The scheduler: owns the workers, the per-core coordinators, the per-LLC idle
+// masks and the timer thread; places new and woken fibers; steals for idle
+// workers; shuts down in order.
+#pragma once
+
+#include "core_coordinator.hpp"
+#include "fiber.hpp"
+#include "idle_mask.hpp"
+#include "stack_pool.hpp"
+#include "timer_thread.hpp"
+#include "worker.hpp"
+
+#include <coresched/options.hpp>
+#include <coresched/runtime.hpp>
+#include <coresched/stats.hpp>
+#include <coresched/topology.hpp>
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+namespace coresched::detail {
+
+class Scheduler {
+public:
+  Scheduler(Options options, Runtime* owner);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  const Options& options() const noexcept { return options_; }
+  const Topology& topology() const noexcept { return topology_; }
+  Runtime* owner() const noexcept { return owner_; }
+
+  /// Allocates a fiber around a task and queues it.
+  Task* spawn(const SpawnOptions& opts, std::size_t size, std::size_t align, void (*construct)(void*, void*),
+              void* arg);
+  /// Places a runnable fiber on a worker and queues it there.
+  void place(Fiber* f);
+  /// Queues `f` on worker `w`.
+  void enqueue_on(unsigned w, Fiber* f);
+  /// Takes a fiber from another core for `thief`, nearest first.
+  Fiber* steal_for(Worker& thief, const Pick& p);
+  /// Suspends the running fiber until `deadline`.
+  void sleep_until(TimerThread::Clock::time_point deadline);
+  /// A fiber finished and released its stack.
+  void fiber_retired() noexcept;
+  /// Called by a worker whose own queue has a backlog: wake a sleeping one.
+  void wake_helper(const Worker& from);
+  /// A worker enters or leaves the idle loop.
+  void note_idle(const Worker& w, bool idle) noexcept;
+  /// Whether an idle worker may spin now (at most half of the idle ones).
+  bool try_start_spinning() noexcept;
+  void stop_spinning() noexcept { spinning_.fetch_sub(1, std::memory_order_relaxed); }
+  /// The slice tick; returns whether any worker is busy.
+  bool tick();
+  /// A worker became busy: make sure the tick runs.
+  void note_busy() { if (!timer_->ticking()) timer_->poke(); }
+
+  /// Chooses a worker for a woken fiber (mask or scan); exposed for tests and benchmarks.
+  unsigned choose_worker(const Fiber& f, unsigned prev) const;
+
+  void shutdown();
+  bool exiting() const noexcept { return exiting_.load(std::memory_order_acquire); }
+  Stats stats();
+
+  std::atomic<std::uint64_t> isolation_violations{0};
+
+private:
+  void start_workers();
+  unsigned choose_by_mask(const Fiber& f, unsigned llc) const;
+  unsigned choose_by_scan(const Fiber& f, unsigned llc) const;
+  int classify(const Fiber& f, unsigned w) const;
+  void maybe_kernel_cookie();
+
+  Options options_;
+  Runtime* owner_;
+  Topology topology_;
+  SharedStackPool shared_stacks_;
+  std::vector<std::unique_ptr<CoreCoordinator>> cores_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::unique_ptr<IdleMask>> idle_masks_;  // per LLC
+  std::vector<std::vector<unsigned>> llc_workers_;     // workers of each LLC, in mask-bit order
+  std::vector<unsigned> mask_bit_;                     // worker -> bit in its LLC's mask
+  std::vector<std::vector<unsigned>> steal_order_;     // per worker: other cores, nearest first
+  std::unique_ptr<TimerThread> timer_;
+  std::atomic<std::int64_t> live_{0};
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> exiting_{false};
+  std::atomic<int> spinning_{0};
+  std::atomic<int> idle_count_{0};
+  std::atomic<unsigned> next_external_{0};
+  bool shut_down_ = false;
+  std::mutex shutdown_mu_;
+};
+
+} // namespace coresched::detail

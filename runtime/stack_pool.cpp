@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "stack_pool.hpp"
+
+#include <new>
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace coresched::detail {
+
+std::size_t page_size() noexcept {
+  static const std::size_t ps = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  return ps;
+}
+
+Stack allocate_stack(std::size_t usable) {
+  const std::size_t ps = page_size();
+  usable = (usable + ps - 1) / ps * ps;
+  void* p = mmap(nullptr, usable + ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  if (mprotect(p, ps, PROT_NONE) != 0) {
+    munmap(p, usable + ps);
+    throw std::bad_alloc();
+  }
+  return Stack{static_cast<char*>(p) + ps, usable};
+}
+
+void free_stack(Stack s) noexcept {
+  if (!s) return;
+  const std::size_t ps = page_size();
+  munmap(static_cast<char*>(s.base) - ps, s.size + ps);
+}
+
+SharedStackPool::~SharedStackPool() {
+  for (Stack s : free_) free_stack(s);
+}
+
+bool SharedStackPool::take(Stack& out) {
+  std::lock_guard lk(mu_);
+  if (free_.empty()) return false;
+  out = free_.back();
+  free_.pop_back();
+  return true;
+}
+
+void SharedStackPool::give(Stack s) {
+  {
+    std::lock_guard lk(mu_);
+    if (free_.size() < kMax) {
+      free_.push_back(s);
+      return;
+    }
+  }
+  free_stack(s);
+}
+
+StackPool::~StackPool() {
+  for (Stack s : free_) shared_.give(s);
+}
+
+Stack StackPool::get(std::size_t usable) {
+  const std::size_t ps = page_size();
+  const std::size_t want = (usable + ps - 1) / ps * ps;
+  if (want == shared_.stack_size()) {
+    if (!free_.empty()) {
+      Stack s = free_.back();
+      free_.pop_back();
+      return s;
+    }
+    Stack s;
+    if (shared_.take(s)) return s;
+  }
+  return allocate_stack(want);
+}
+
+void StackPool::put(Stack s) noexcept {
+  if (!s) return;
+  if (s.size != shared_.stack_size()) {
+    free_stack(s); // odd sizes are not pooled
+    return;
+  }
+  if (free_.size() < kLocalMax) {
+    free_.push_back(s);
+    return;
+  }
+  try {
+    shared_.give(s);
+  } catch (...) {
+    free_stack(s);
+  }
+}
+
+} // namespace coresched::detail

@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fiber stacks: mmap'd once with a guard page below, then pooled and reused.
+// Making a stack costs an mmap, an mprotect and page faults (~14 us each here),
+// so a worker keeps a small free list and only new or odd-sized stacks pay it.
+#pragma once
+
+#include <cstddef>
+#include <mutex>
+#include <vector>
+
+namespace coresched::detail {
+
+struct Stack {
+  void* base = nullptr;   // lowest usable address (just above the guard page)
+  std::size_t size = 0;   // usable bytes
+  void* top() const noexcept { return static_cast<char*>(base) + size; }
+  explicit operator bool() const noexcept { return base != nullptr; }
+};
+
+/// Allocates a stack with a PROT_NONE guard page below it. Throws std::bad_alloc.
+Stack allocate_stack(std::size_t usable);
+/// Unmaps a stack made by allocate_stack.
+void free_stack(Stack s) noexcept;
+/// The system page size.
+std::size_t page_size() noexcept;
+
+/// Process-wide overflow pool shared by all workers of one runtime.
+class SharedStackPool {
+public:
+  explicit SharedStackPool(std::size_t stack_size) : stack_size_(stack_size) {}
+  ~SharedStackPool();
+  SharedStackPool(const SharedStackPool&) = delete;
+  SharedStackPool& operator=(const SharedStackPool&) = delete;
+  bool take(Stack& out);
+  void give(Stack s);
+  std::size_t stack_size() const noexcept { return stack_size_; }
+
+private:
+  static constexpr std::size_t kMax = 4096;
+  std::size_t stack_size_;
+  std::mutex mu_;
+  std::vector<Stack> free_;
+};
+
+/// A worker's own free list (no locking: used only by its worker thread).
+class StackPool {
+public:
+  explicit StackPool(SharedStackPool& shared) : shared_(shared) {}
+  ~StackPool();
+  StackPool(const StackPool&) = delete;
+  StackPool& operator=(const StackPool&) = delete;
+  Stack get(std::size_t usable);
+  void put(Stack s) noexcept;
+
+private:
+  static constexpr std::size_t kLocalMax = 64;
+  SharedStackPool& shared_;
+  std::vector<Stack> free_;
+};
+
+} // namespace coresched::detail

@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+// Cookies, option names and the statistics table.
+#include <coresched/cookie.hpp>
+#include <coresched/options.hpp>
+#include <coresched/stats.hpp>
+
+#include <atomic>
+#include <fmt/format.h>
+
+namespace coresched {
+
+Cookie Cookie::create() noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  return Cookie(next.fetch_add(1, std::memory_order_relaxed));
+}
+
+const char* to_string(FairnessPolicy p) noexcept {
+  return p == FairnessPolicy::core_vruntime ? "core_vruntime" : "forceidle_balance";
+}
+
+const char* to_string(Placement p) noexcept { return p == Placement::mask ? "mask" : "scan"; }
+
+CookieStats Stats::cookie(Cookie c) const {
+  for (const auto& s : cookies)
+    if (s.cookie == c) return s;
+  CookieStats none;
+  none.cookie = c;
+  return none;
+}
+
+std::string Stats::to_table() const {
+  auto ms = [](std::uint64_t ns) { return static_cast<double>(ns) / 1e6; };
+  std::string out = "coresched statistics\n";
+  out += fmt::format("{:>10} {:>12} {:>12} {:>16} {:>16} {:>10}\n", "cookie", "cpu ms", "core ms",
+                     "fi suffered ms", "fi caused ms", "runs");
+  for (const auto& c : cookies)
+    out += fmt::format("{:>10} {:>12.3f} {:>12.3f} {:>16.3f} {:>16.3f} {:>10}\n", c.cookie.value(), ms(c.cpu_ns),
+                       ms(c.core_ns), ms(c.forced_idle_suffered_ns), ms(c.forced_idle_caused_ns), c.runs);
+  out += fmt::format("{:>10} {:>16} {:>16}\n", "core", "cookie switches", "forced idle ms");
+  for (const auto& c : cores) out += fmt::format("{:>10} {:>16} {:>16.3f}\n", c.core, c.cookie_switches, ms(c.forced_idle_ns));
+  out += fmt::format("{:>10} {:>12} {:>10} {:>10}\n", "worker", "switches", "steals", "sleeps");
+  for (const auto& w : workers) out += fmt::format("{:>10} {:>12} {:>10} {:>10}\n", w.worker, w.switches, w.steals, w.sleeps);
+  out += fmt::format("isolation violations: {}\n", isolation_violations);
+  return out;
+}
+
+} // namespace coresched

@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+// coresched::this_fiber over the worker running the calling fiber.
+#include "scheduler.hpp"
+#include "worker.hpp"
+
+#include <coresched/this_fiber.hpp>
+
+#include <thread>
+
+namespace coresched::this_fiber {
+
+namespace {
+detail::Worker& require_fiber(const char* what) {
+  detail::Worker* w = detail::Worker::current();
+  if (!w || !w->in_task())
+    throw UsageError(std::string("coresched::this_fiber::") + what + "() called outside a fiber");
+  return *w;
+}
+} // namespace
+
+bool in_fiber() noexcept {
+  detail::Worker* w = detail::Worker::current();
+  return w && w->in_task();
+}
+
+void yield() { require_fiber("yield").yield(); }
+
+// Out of line on purpose: the caller must re-read the thread-local after any
+// switch, which the compiler guarantees only across a real call.
+void preempt_point() noexcept {
+  std::atomic<bool>* flag = detail::tls_preempt;
+  if (!flag || !flag->load(std::memory_order_relaxed)) [[likely]]
+    return;
+  detail::Worker* w = detail::Worker::current();
+  if (w->in_task()) w->yield();
+}
+
+void sleep_until(std::chrono::steady_clock::time_point t) {
+  detail::Worker* w = detail::Worker::current();
+  if (!w || !w->in_task()) {
+    std::this_thread::sleep_until(t);
+    return;
+  }
+  w->scheduler().sleep_until(t);
+}
+
+void sleep_for(std::chrono::nanoseconds d) { sleep_until(std::chrono::steady_clock::now() + d); }
+
+std::uint64_t id() noexcept {
+  detail::Worker* w = detail::Worker::current();
+  return w && w->in_task() ? w->running()->id : 0;
+}
+
+Cookie cookie() noexcept {
+  detail::Worker* w = detail::Worker::current();
+  return w && w->in_task() ? Cookie::from_value(w->running()->cookie) : Cookie{};
+}
+
+void set_cookie(Cookie c) { require_fiber("set_cookie").set_cookie(c.value()); }
+
+Location location() {
+  const detail::Worker& w = require_fiber("location");
+  return Location{w.index(), w.pu().core, w.pu().llc, w.pu().cpu};
+}
+
+} // namespace coresched::this_fiber

@@ -1,0 +1,379 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "worker.hpp"
+
+#include "clock.hpp"
+#include "hwloc_handle.hpp"
+#include "log.hpp"
+#include "scheduler.hpp"
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
+#include <string>
+
+namespace coresched::detail {
+
+thread_local Worker* tls_worker = nullptr;
+thread_local std::atomic<bool>* tls_preempt = nullptr;
+
+namespace {
+// Idle spinning: rounds of (pick, steal, pause) before sleeping. A round is
+// ~0.2-1 us here, so this spins a few tens of microseconds: long enough to
+// catch a quick hand-off, short enough not to burn a CPU.
+constexpr int kIdleSpinRounds = 64;
+constexpr int kForcedIdleSpinRounds = 8; // forced idle must not burn the sibling's pipeline
+constexpr int kPausesPerRound = 32;
+} // namespace
+
+Worker::Worker(Scheduler& sched, const PuInfo& pu, CoreCoordinator& core, unsigned sibling,
+               SharedStackPool& stacks)
+    : sched_(sched), pu_(pu), core_(core), sibling_(sibling), stacks_(stacks) {
+  idle_ctx_.is_task = false;
+  idle_ctx_.fresh = false;
+}
+
+__attribute__((noinline)) Worker* Worker::current() noexcept {
+  Worker* w = tls_worker;
+  asm volatile("" ::: "memory");
+  return w;
+}
+
+void Worker::start() {
+  thread_ = std::thread([this] { thread_main(); });
+}
+
+void Worker::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void Worker::bind_to_cpu() {
+  const std::string name = "coresched-w" + std::to_string(pu_.index);
+  pthread_setname_np(pthread_self(), name.c_str());
+  const auto& hw = sched_.topology().platform();
+  if (hw) {
+    // Real machine: bind with hwloc to the PU's cpuset.
+    hwloc_obj_t obj = hwloc_get_pu_obj_by_os_index(hw->topo, pu_.os_index);
+    if (obj && hwloc_set_cpubind(hw->topo, obj->cpuset, HWLOC_CPUBIND_THREAD) == 0) return;
+    log().warn("worker {}: hwloc could not bind to PU {}; falling back to sched_setaffinity", pu_.index,
+               pu_.os_index);
+  }
+  // Synthetic PUs are not CPUs (hwloc binding on them does nothing): pin to the mapped real CPU.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(pu_.cpu, &set);
+  if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) != 0)
+    log().warn("worker {}: cannot pin to CPU {}", pu_.index, pu_.cpu);
+}
+
+void Worker::thread_main() {
+  tls_worker = this;
+  tls_preempt = &sibling().preempt;
+  current_ = &idle_ctx_;
+  bind_to_cpu();
+  log().debug("worker {} started on CPU {} (core {}, sibling {})", pu_.index, pu_.cpu, pu_.core, sibling_);
+  idle_loop();
+  close_segment(now_ns());
+  tls_worker = nullptr;
+  tls_preempt = nullptr;
+}
+
+// ---------------------------------------------------------------- switching
+
+void Worker::begin_run(Fiber* f) {
+  f->state.store(FiberState::running, std::memory_order_relaxed);
+  f->last_worker = pu_.index;
+  switches.store(switches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (!seg_open_ || f->cookie != seg_cookie_) {
+    const std::uint64_t now = now_ns();
+    close_segment(now);
+    seg_open_ = true;
+    seg_cookie_ = f->cookie;
+    seg_start_ = now;
+  }
+  ++seg_runs_;
+#ifdef CORESCHED_ISOLATION_CHECK
+  if (core_.sibling_conflict(sibling_, f->cookie)) {
+    sched_.isolation_violations.fetch_add(1, std::memory_order_relaxed);
+    log().error("isolation violation: core {} sibling {} runs cookie {} beside another cookie", core_.index(),
+                sibling_, f->cookie);
+  }
+#endif
+}
+
+void Worker::switch_to(Fiber* next, After after) {
+  prev_ = current_;
+  after_ = after;
+  current_ = next;
+  if (next->is_task) {
+    if (!prev_->is_task) {
+      busy.store(true, std::memory_order_relaxed);
+      sched_.note_busy();
+    }
+    begin_run(next);
+  } else {
+    busy.store(false, std::memory_order_relaxed);
+  }
+  if (next->fresh) {
+    next->fresh = false;
+    next->stack = stacks_.get(next->stack_size);
+    next->context = ctx::make_fcontext(next->stack.top(), next->stack.size, &Worker::fiber_main);
+  } else {
+    // A fiber queued by yield() may still be saving its context on its old worker.
+    while (!next->context_saved.load(std::memory_order_acquire)) _mm_pause();
+  }
+  ctx::transfer_t t = ctx::jump_fcontext(next->context, nullptr);
+  // We may now be on another worker's thread: re-read it.
+  Worker::current()->after_resume(t.fctx);
+}
+
+// Runs on the context that was switched to: saves the previous context and
+// finishes what the previous fiber could not do while still on its stack.
+void Worker::after_resume(ctx::fcontext_t from) {
+  Fiber* p = prev_;
+  p->context = from;
+  switch (after_) {
+  case After::none:
+    break;
+  case After::requeue:
+    p->context_saved.store(true, std::memory_order_release);
+    break;
+  case After::park: {
+    FiberState expected = FiberState::parking;
+    if (!p->state.compare_exchange_strong(expected, FiberState::parked, std::memory_order_acq_rel)) {
+      p->state.store(FiberState::runnable, std::memory_order_relaxed); // woken while parking
+      sched_.place(p);
+    }
+    break;
+  }
+  case After::retire:
+    stacks_.put(std::exchange(p->stack, Stack{}));
+    release_fiber(p);
+    sched_.fiber_retired();
+    break;
+  }
+  after_ = After::none;
+}
+
+void Worker::fiber_main(ctx::transfer_t t) {
+  Worker::current()->after_resume(t.fctx);
+  fiber_loop();
+}
+
+// The body of every fiber stack. When a fiber finishes and the next one has
+// never run, the next one is adopted onto this same stack: no switch, no new
+// context. That makes spawn+join of short fibers little more than a call.
+void Worker::fiber_loop() {
+  for (;;) {
+    Worker* w = Worker::current();
+    Fiber* f = w->current_;
+    f->task()->run();
+    w = Worker::current(); // the fiber may have migrated
+    w->finish(f);
+    const Pick p = w->pick();
+    Fiber* next = p.kind == Pick::Kind::run ? p.fiber : &w->idle_ctx_;
+    if (next->fresh && next->stack_size == f->stack.size) {
+      next->fresh = false;
+      next->stack = std::exchange(f->stack, Stack{});
+      w->prev_ = f;
+      w->after_ = After::retire;
+      w->current_ = next;
+      w->begin_run(next);
+      w->after_resume(nullptr);
+      continue;
+    }
+    w->switch_to(next, After::retire);
+    __builtin_unreachable();
+  }
+}
+
+void Worker::finish(Fiber* f) {
+  f->state.store(FiberState::done, std::memory_order_relaxed);
+  f->join_lock.lock();
+  f->done.store(1, std::memory_order_release);
+  Fiber* joiner = std::exchange(f->joiner, nullptr);
+  f->join_lock.unlock();
+  f->done.notify_all(); // a plain thread may be blocked in join
+  if (joiner) wake_fiber(joiner);
+}
+
+Pick Worker::pick() {
+  WakeList wakes;
+  core_.lock().lock();
+  Pick p = core_.pick_locked(sibling_, wakes);
+  core_.lock().unlock();
+  wakes.notify();
+  return p;
+}
+
+// ---------------------------------------------------------------- fiber calls
+
+void Worker::yield() {
+  Fiber* self = current_;
+  self->context_saved.store(false, std::memory_order_relaxed);
+  self->state.store(FiberState::runnable, std::memory_order_relaxed);
+  WakeList wakes;
+  core_.lock().lock();
+  core_.requeue_locked(sibling_, self);
+  Pick p = core_.pick_locked(sibling_, wakes);
+  core_.lock().unlock();
+  wakes.notify();
+  if (p.fiber == self) { // nothing else to run here
+    self->context_saved.store(true, std::memory_order_relaxed);
+    self->state.store(FiberState::running, std::memory_order_relaxed);
+    switches.store(switches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    return;
+  }
+  switch_to(p.kind == Pick::Kind::run ? p.fiber : &idle_ctx_, After::requeue);
+}
+
+void Worker::park() {
+  const Pick p = pick();
+  switch_to(p.kind == Pick::Kind::run ? p.fiber : &idle_ctx_, After::park);
+}
+
+void Worker::set_cookie(std::uint64_t cookie) {
+  Fiber* self = current_;
+  if (self->cookie == cookie) return;
+  WakeList wakes;
+  core_.lock().lock();
+  self->cookie = cookie;
+  const bool ok = core_.change_running_cookie_locked(sibling_, cookie, wakes);
+  core_.lock().unlock();
+  wakes.notify();
+  if (!ok) {
+    yield(); // a sibling runs another cookie: resume only where this one may run
+    return;
+  }
+  const std::uint64_t now = now_ns();
+  close_segment(now);
+  seg_open_ = true;
+  seg_cookie_ = cookie;
+  seg_start_ = now;
+}
+
+// ---------------------------------------------------------------- idle
+
+void Worker::idle_loop() {
+  while (Fiber* f = find_work()) switch_to(f, After::none);
+}
+
+void Worker::set_idle(bool on) {
+  if (idle.load(std::memory_order_relaxed) == on) return;
+  idle.store(on, std::memory_order_release);
+  sched_.note_idle(*this, on);
+}
+
+Fiber* Worker::find_work() {
+  int rounds = 0;
+  bool spinning = false;
+  for (;;) {
+    const Pick p = pick();
+    if (p.kind == Pick::Kind::run) {
+      if (spinning) sched_.stop_spinning();
+      leave_forced_idle();
+      set_idle(false);
+      if (core_.queued_hint() > 0) sched_.wake_helper(*this); // more here: wake a helper, as Go's last spinner does
+      return p.fiber;
+    }
+    if (p.kind == Pick::Kind::forced_idle) enter_forced_idle(p);
+    else leave_forced_idle();
+    set_idle(true);
+    if (sched_.exiting()) {
+      if (spinning) sched_.stop_spinning();
+      return nullptr;
+    }
+    if (Fiber* f = sched_.steal_for(*this, p)) {
+      steals_.fetch_add(1, std::memory_order_relaxed);
+      core_.lock().lock();
+      core_.requeue_locked(sibling_, f);
+      core_.lock().unlock();
+      continue;
+    }
+    const int limit = forced_ ? kForcedIdleSpinRounds : kIdleSpinRounds;
+    if (rounds < limit && (spinning || (spinning = sched_.try_start_spinning()))) {
+      ++rounds;
+      for (int i = 0; i < kPausesPerRound; ++i) _mm_pause();
+      continue;
+    }
+    if (spinning) {
+      sched_.stop_spinning();
+      spinning = false;
+    }
+    if (!sleep_once()) continue;
+    rounds = 0;
+  }
+}
+
+// Sleeps unless work arrived. The pick and the `sleeping` flag are set under
+// the core lock, and every waker queues under that lock and then checks the
+// flag, so a wake-up cannot fall between the check and the sleep.
+bool Worker::sleep_once() {
+  WakeList wakes;
+  core_.lock().lock();
+  const Pick p = core_.pick_locked(sibling_, wakes);
+  if (p.kind == Pick::Kind::run) {
+    // Work arrived after all: put it back and let the loop take it.
+    core_.requeue_locked(sibling_, p.fiber);
+    core_.sibling(sibling_).running.store(kNoCookie, std::memory_order_release);
+    core_.lock().unlock();
+    wakes.notify();
+    return false;
+  }
+  core_.prepare_sleep_locked(sibling_);
+  const std::uint32_t epoch = sibling().wake_word.load(std::memory_order_acquire);
+  core_.lock().unlock();
+  wakes.notify();
+  if (sched_.exiting()) return true;
+  close_segment(now_ns());
+  sleeps_.fetch_add(1, std::memory_order_relaxed);
+  sibling().wake_word.wait(epoch, std::memory_order_acquire);
+  return true;
+}
+
+// ---------------------------------------------------------------- accounting
+
+void Worker::close_segment(std::uint64_t now) {
+  if (!seg_open_) return;
+  std::lock_guard lk(stats_mu_);
+  auto& c = cookie_stats_[seg_cookie_];
+  c.cpu_ns += now - seg_start_;
+  c.runs += seg_runs_;
+  seg_runs_ = 0;
+  seg_open_ = false;
+}
+
+void Worker::enter_forced_idle(const Pick& p) {
+  if (forced_) return;
+  forced_ = true;
+  forced_since_ = now_ns();
+  forced_wanted_ = p.wanted;
+  forced_blocker_ = p.blocker;
+}
+
+void Worker::leave_forced_idle() {
+  if (!forced_) return;
+  forced_ = false;
+  const std::uint64_t span = now_ns() - forced_since_;
+  core_.forced_idle_ns.fetch_add(span, std::memory_order_relaxed);
+  std::lock_guard lk(stats_mu_);
+  cookie_stats_[forced_wanted_].suffered_ns += span;
+  cookie_stats_[forced_blocker_].caused_ns += span;
+}
+
+void Worker::collect(std::unordered_map<std::uint64_t, CookieStats>& cookies, WorkerStats& ws) {
+  std::lock_guard lk(stats_mu_);
+  for (auto& [cookie, c] : cookie_stats_) {
+    auto& out = cookies[cookie];
+    out.cookie = Cookie::from_value(cookie);
+    out.cpu_ns += c.cpu_ns;
+    out.forced_idle_suffered_ns += c.suffered_ns;
+    out.forced_idle_caused_ns += c.caused_ns;
+    out.runs += c.runs;
+  }
+  ws.worker = pu_.index;
+  ws.switches = switches.load(std::memory_order_relaxed);
+  ws.steals = steals_.load(std::memory_order_relaxed);
+  ws.sleeps = sleeps_.load(std::memory_order_relaxed);
+}
+
+} // namespace coresched::detail

@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: Apache-2.0
+// A worker: one thread pinned to one PU. It runs fibers by switching directly
+// from fiber to fiber (one Boost.Context jump); when its core has nothing for
+// it, it switches to its idle context (the thread's own stack), which spins
+// briefly, steals, and then sleeps on a futex.
+#pragma once
+
+#include "core_coordinator.hpp"
+#include "fiber.hpp"
+#include "stack_pool.hpp"
+
+#include <coresched/stats.hpp>
+#include <coresched/topology.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+namespace coresched::detail {
+
+class Scheduler;
+class Worker;
+
+/// The calling thread's worker and its preempt flag (null on plain threads).
+/// Read them only where no fiber switch can intervene; elsewhere use Worker::current().
+extern thread_local Worker* tls_worker;
+extern thread_local std::atomic<bool>* tls_preempt;
+
+class Worker {
+public:
+  Worker(Scheduler& sched, const PuInfo& pu, CoreCoordinator& core, unsigned sibling, SharedStackPool& stacks);
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  void start();
+  void join();
+
+  /// The worker running the calling thread, or null. Never inlined: a fiber
+  /// may resume on another thread, and the compiler must not cache the TLS
+  /// address across a switch.
+  static Worker* current() noexcept;
+  Scheduler& scheduler() noexcept { return sched_; }
+
+  /// The fiber running now (a task fiber, or the idle context).
+  Fiber* running() const noexcept { return current_; }
+  bool in_task() const noexcept { return current_ && current_->is_task; }
+
+  // ---- called on the running fiber ----
+  void yield();
+  /// Suspends the running fiber; its state must already be `parking`.
+  void park();
+  /// Changes the running fiber's cookie, yielding if a sibling conflicts.
+  void set_cookie(std::uint64_t cookie);
+
+  unsigned index() const noexcept { return pu_.index; }
+  unsigned sibling_index() const noexcept { return sibling_; }
+  const PuInfo& pu() const noexcept { return pu_; }
+  CoreCoordinator& core() noexcept { return core_; }
+  Sibling& sibling() noexcept { return core_.sibling(sibling_); }
+
+  // ---- read by the scheduler and the ticker ----
+  std::atomic<std::uint64_t> switches{0};
+  std::atomic<bool> busy{false};   // running a task fiber
+  std::atomic<bool> idle{false};   // in the idle loop (mirrored in the LLC idle mask)
+  std::uint64_t tick_seen = 0;     // ticker-private
+  int ticks_same = 0;              // ticker-private
+
+  /// Adds this worker's statistics to the snapshot.
+  void collect(std::unordered_map<std::uint64_t, CookieStats>& cookies, WorkerStats& ws);
+
+private:
+  enum class After { none, requeue, park, retire };
+  struct CookieCounters {
+    std::uint64_t cpu_ns = 0, suffered_ns = 0, caused_ns = 0, runs = 0;
+  };
+
+  void thread_main();
+  void bind_to_cpu();
+  void idle_loop();
+  Fiber* find_work();
+  bool sleep_once();
+  void switch_to(Fiber* next, After after);
+  void after_resume(ctx::fcontext_t from);
+  void begin_run(Fiber* f);
+  void finish(Fiber* f);
+  Pick pick();
+  [[noreturn]] static void fiber_main(ctx::transfer_t t);
+  [[noreturn]] static void fiber_loop();
+  void close_segment(std::uint64_t now);
+  void enter_forced_idle(const Pick& p);
+  void leave_forced_idle();
+  void set_idle(bool on);
+
+  Scheduler& sched_;
+  const PuInfo& pu_;
+  CoreCoordinator& core_;
+  unsigned sibling_;
+  StackPool stacks_;
+  std::thread thread_;
+
+  Fiber idle_ctx_;
+  Fiber* current_ = nullptr;
+  Fiber* prev_ = nullptr;
+  After after_ = After::none;
+
+  // Per-cookie CPU time is charged in segments that end only when the cookie
+  // on this PU changes or it idles, so same-cookie switches read no clock.
+  std::uint64_t seg_cookie_ = 0;
+  std::uint64_t seg_start_ = 0;
+  std::uint64_t seg_runs_ = 0;
+  bool seg_open_ = false;
+
+  bool forced_ = false;
+  std::uint64_t forced_since_ = 0, forced_wanted_ = 0, forced_blocker_ = 0;
+
+  std::mutex stats_mu_;
+  std::unordered_map<std::uint64_t, CookieCounters> cookie_stats_;
+  std::atomic<std::uint64_t> steals_{0}, sleeps_{0};
+};
+
+} // namespace coresched::detail
