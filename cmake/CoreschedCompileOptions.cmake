@@ -1,7 +1,8 @@
 # Warnings and sanitizers for every coresched target, through one interface target.
 add_library(coresched_compile_options INTERFACE)
 target_compile_options(coresched_compile_options INTERFACE -Wall -Wextra -Wpedantic -Wshadow -Wconversion
-                                                           -Wno-sign-conversion)
+                                                           -Wno-sign-conversion
+                                                           -Wno-missing-field-initializers)
 if(CORESCHED_WERROR)
   target_compile_options(coresched_compile_options INTERFACE -Werror)
 endif()

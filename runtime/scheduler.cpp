@@ -109,7 +109,7 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
     enqueue_on(here->index(), f);
     if (here->core().queued_hint() > 1) wake_helper(*here);
   } else {
-    f->last_worker = next_external_.fetch_add(1, std::memory_order_relaxed) % workers_.size();
+    f->last_worker = next_external_.fetch_add(1, std::memory_order_relaxed) % static_cast<unsigned>(workers_.size());
     place(f);
   }
   return t;

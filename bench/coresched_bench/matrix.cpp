@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: Apache-2.0
+// `coresched-bench matrix`: seed 000's sysbench matrix on one core's siblings.
+#include "commands.hpp"
+#include "matrix.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <map>
+
+namespace coresched::bench::matrix {
+namespace {
+
+// ------------------------------------------------------------------ command line
+
+CLI::Validator multiple_of_8() {
+  return CLI::Validator(
+      [](std::string& v) {
+        const auto n = std::stoull(v);
+        return n >= 8 && n % 8 == 0 ? std::string() : std::string("must be a multiple of 8 bytes (64-bit stores)");
+      },
+      "MULTIPLE OF 8");
+}
+
+void add_options(CLI::App& sub, Settings& s) {
+  sub.add_option_function<unsigned>("--core", [&s](unsigned c) { s.core = c; },
+                                    "Core to run on (default: the first core with two or more PUs)");
+  sub.add_option("--time", s.time_s, "Seconds per run")->capture_default_str()->check(CLI::PositiveNumber);
+  sub.add_option("--runs", s.runs, "Runs per configuration")->capture_default_str()->check(CLI::Range(1u, 1000000u));
+  sub.add_option("--cpu-max-prime", s.cpu_max_prime, "Upper bound of the prime search of one cpu event")
+      ->capture_default_str()->check(CLI::Range(std::uint64_t{3}, std::uint64_t{1} << 40));
+  // transform() runs before check(), so the multiple-of-8 test sees bytes.
+  sub.add_option("--memory-block-size", s.block_bytes, "Bytes written by one memory event (K/M/G suffixes)")
+      ->default_str("1K")->transform(CLI::AsSizeValue(false))->check(multiple_of_8());
+  sub.add_option("--memory-buffer-size", s.buffer_bytes,
+                 "Shared buffer the memory events walk through, block by block (K/M/G; equal to the block size "
+                 "reproduces sysbench, which rewrites one block)")
+      ->default_str("64M")->transform(CLI::AsSizeValue(false))->check(multiple_of_8());
+  sub.add_option("--topology", s.topology,
+                 "Topology: an hwloc synthetic string such as \"package:1 l3cache:1 core:1 pu:2\", an .xml "
+                 "file, or empty for CORESCHED_TOPOLOGY / the real machine");
+  const std::map<std::string, FairnessPolicy> policies{{"core_vruntime", FairnessPolicy::core_vruntime},
+                                                        {"forceidle_balance", FairnessPolicy::forceidle_balance}};
+  sub.add_option_function<FairnessPolicy>("--policy", [&s](FairnessPolicy p) { s.policy = p; },
+                                          "Fairness policy between cookies (default: core_vruntime)")
+      ->transform(CLI::CheckedTransformer(policies, CLI::ignore_case));
+  sub.add_option("--json", s.json_path, "Also write every figure, with units and per-run values, to FILE");
+  sub.add_flag("--compare-sysbench", s.compare_sysbench,
+               "Also run sysbench (if in PATH) pinned with taskset for Alone and nosmt, and print our/their ratio");
+  sub.add_flag("--compare-kernel", s.compare_kernel,
+               "Also run the pairs as plain threads with kernel core-scheduling cookies (PR_SCHED_CORE), if the "
+               "kernel supports it");
+}
+
+// ------------------------------------------------------------------ setup
+
+/// The core to use and its first two siblings; nullopt (after printing why)
+/// if the topology has no suitable core.
+std::optional<Place> choose_place(const Settings& s, const Topology& t) {
+  const auto core = s.core ? s.core : first_smt_core(t);
+  if (!core) {
+    std::fprintf(stderr,
+                 "coresched-bench matrix: no core with two or more PUs in this topology, so there are no siblings "
+                 "to share.\n%s\nTry --topology \"package:1 l3cache:1 core:1 pu:2\" (synthetic siblings).\n",
+                 t.describe().c_str());
+    return std::nullopt;
+  }
+  if (*core >= t.cores().size() || t.cores()[*core].pus.size() < 2) {
+    std::fprintf(stderr, "coresched-bench matrix: --core %u: the topology has %zu core(s) and this one needs two "
+                         "or more PUs\n", *core, t.cores().size());
+    return std::nullopt;
+  }
+  const auto& pus = t.cores()[*core].pus;
+  return Place{*core, {pus[0], pus[1]}, {t.pus()[pus[0]].cpu, t.pus()[pus[1]].cpu},
+               static_cast<unsigned>(pus.size())};
+}
+
+void print_matrix_header(const Settings& s, const Runtime& rt, const Place& p, std::uint64_t primes) {
+  const auto& o = rt.options();
+  print_header("matrix", rt, {
+      {"core", fmt::format("{} (PUs {}; sibling 0 = PU {} on CPU {}, sibling 1 = PU {} on CPU {})", p.core,
+                           join_list(rt.topology().cores()[p.core].pus), p.pus[0], p.cpus[0], p.pus[1], p.cpus[1])},
+      {"placement", "cpu fiber on sibling 0, mem fiber on sibling 1 (nosmt: both on sibling 0), pinned"},
+      {"policy", to_string(o.policy)},
+      {"wakeup placement", to_string(o.placement)},
+      {"slice", fmt::format("{} us", o.slice.count())},
+      {"time", fmt::format("{} s per run", s.time_s)},
+      {"runs", fmt::format("{} per configuration", s.runs)},
+      {"cpu event", fmt::format("primes below {} ({} per event)", s.cpu_max_prime, primes)},
+      {"memory event", fmt::format("{} B of 64-bit stores, walking a {} B shared buffer", s.block_bytes,
+                                   s.buffer_bytes)},
+  });
+}
+
+// ------------------------------------------------------------------ one run
+
+/// The fiber options of one slot: pinned to its sibling, with its cookie.
+SpawnOptions spawn_options(const Place& p, const Slot& slot, const std::array<Cookie, 3>& cookies) {
+  SpawnOptions o;
+  o.pin_to_pu = p.pus[slot.sibling];
+  o.cookie = cookies[static_cast<std::size_t>(slot.tag)];
+  return o;
+}
+
+/// Runs one configuration once on the runtime's fibers. Both fibers share one
+/// start time and deadline, so time lost waiting for the core counts.
+Run run_fibers(Runtime& rt, const Settings& s, const Place& p, MemoryBuffer& buf, const Config& c) {
+  // Fresh cookies per run: A and B are just "two different tags".
+  const std::array<Cookie, 3> cookies{Cookie{}, Cookie::create(), Cookie::create()};
+  const std::uint64_t idle_before = rt.stats().cores[p.core].forced_idle_ns;
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = after(start, s.time_s);
+  auto cpu = rt.spawn([deadline, prime = s.cpu_max_prime] { return cpu_loop(deadline, prime); },
+                      spawn_options(p, c.cpu, cookies));
+  JoinHandle<Work> mem;
+  if (c.mem)
+    mem = rt.spawn([deadline, &buf] { return mem_loop(deadline, buf); }, spawn_options(p, *c.mem, cookies));
+  Run r;
+  r.cpu = cpu.join();
+  if (c.mem) r.mem = mem.join();
+  r.elapsed_s = seconds(std::chrono::steady_clock::now() - start);
+  r.cpu_elapsed_s = seconds(r.cpu.end - start);
+  if (r.mem) r.mem_elapsed_s = seconds(r.mem->end - start);
+  r.forced_idle_ns = rt.stats().cores[p.core].forced_idle_ns - idle_before;
+  r.siblings = p.siblings;
+  return r;
+}
+
+/// Every cpu event must have found the same number of primes; a wrong sum
+/// means a fiber's state was corrupted (a runtime bug, not a slow run).
+bool checksums_ok(const std::vector<Row>& rows, std::uint64_t primes) {
+  bool ok = true;
+  for (const auto& row : rows)
+    for (const auto& r : row.runs)
+      if (r.cpu.checksum != r.cpu.events * primes) {
+        std::fprintf(stderr, "coresched-bench matrix: %s: cpu checksum %llu != %llu events x %llu primes\n",
+                     row.config->name, static_cast<unsigned long long>(r.cpu.checksum),
+                     static_cast<unsigned long long>(r.cpu.events), static_cast<unsigned long long>(primes));
+        ok = false;
+      }
+  return ok;
+}
+
+// ------------------------------------------------------------------ JSON
+
+void write_json_head(JsonWriter& j, const Settings& s, const Runtime& rt, const Place& p, std::uint64_t primes) {
+  const auto& o = rt.options();
+  j.field("benchmark", "matrix").field("coresched_version", CORESCHED_VERSION);
+  write_topology(j, rt.topology(), {p.pus[0], p.pus[1]});
+  j.field("core", p.core).field("policy", to_string(o.policy)).field("wakeup_placement", to_string(o.placement));
+  j.field("slice_us", static_cast<std::uint64_t>(o.slice.count()));
+  j.field("time_s", s.time_s).field("runs", s.runs).field("cpu_max_prime", s.cpu_max_prime);
+  j.field("primes_per_cpu_event", primes);
+  j.field("memory_block_size_bytes", s.block_bytes).field("memory_buffer_size_bytes", s.buffer_bytes);
+  j.key("units").begin_object();
+  j.field("cpu_events_per_s", "events/s").field("mem_mib_per_s", "MiB/s (2^20 bytes/s)");
+  j.field("forced_idle_pct", "% of run time x siblings").field("elapsed_s", "s").field("forced_idle_ns", "ns");
+  j.end_object();
+}
+
+int run(const Settings& s) {
+  Options opts;
+  opts.topology = s.topology;
+  if (s.policy) opts.policy = *s.policy;
+  Runtime rt(opts); // one runtime for every run, as one long-lived process would be
+  const auto place = choose_place(s, rt.topology());
+  if (!place) return exit_setup;
+  const std::uint64_t primes = cpu_event(s.cpu_max_prime);
+  print_matrix_header(s, rt, *place, primes);
+  MemoryBuffer buf(s.block_bytes, s.buffer_bytes);
+
+  const auto rows = run_rows("matrix", s, [&](const Config& c) { return run_fibers(rt, s, *place, buf, c); });
+  std::fputs(("\n" + render_rows(rows, s.block_bytes)).c_str(), stdout);
+  std::fflush(stdout);
+
+  JsonWriter j;
+  j.begin_object();
+  write_json_head(j, s, rt, *place, primes);
+  j.key("configs").begin_array();
+  for (const auto& r : rows) write_row(j, r, s);
+  j.end_array();
+  if (s.compare_sysbench) compare_sysbench(s, *place, rows, j);
+  if (s.compare_kernel) compare_kernel(s, *place, rt.topology(), buf, rows, j);
+  j.end_object();
+
+  std::string err;
+  if (!s.json_path.empty() && !write_file(s.json_path, j.str(), err)) {
+    std::fprintf(stderr, "coresched-bench matrix: %s\n", err.c_str());
+    return exit_failure;
+  }
+  return checksums_ok(rows, primes) ? 0 : exit_failure;
+}
+
+} // namespace
+} // namespace coresched::bench::matrix
+
+namespace coresched::bench {
+
+Command register_matrix(CLI::App& parent) {
+  auto s = std::make_shared<matrix::Settings>();
+  CLI::App* sub = parent.add_subcommand(
+      "matrix", "Seed 000: sysbench cpu and memory on two siblings of one core; CPU events/s, memory MiB/s and "
+                "forced idle under Alone, nosmt, no tag, cpu tagged, mem tagged and both tagged");
+  matrix::add_options(*sub, *s);
+  return {sub, [s] { return matrix::run(*s); }};
+}
+
+} // namespace coresched::bench

@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file matrix.hpp
+/// Internals shared by matrix.cpp (the runtime's fibers) and
+/// matrix_compare.cpp (sysbench processes and kernel-tagged threads).
+
+#include "common.hpp"
+#include "sysbench_work.hpp"
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace coresched::bench::matrix {
+
+/// Everything the command line sets.
+struct Settings {
+  std::optional<unsigned> core; ///< unset: the first core with two PUs
+  double time_s = 30;
+  unsigned runs = 10;
+  std::uint64_t cpu_max_prime = 10000;
+  std::uint64_t block_bytes = 1024;
+  std::uint64_t buffer_bytes = 64ull << 20;
+  std::string topology;
+  std::optional<FairnessPolicy> policy;
+  std::string json_path;
+  bool compare_sysbench = false;
+  bool compare_kernel = false;
+};
+
+/// Where one benchmark runs in a configuration: which sibling of the core, and
+/// which tag (0 untagged, 1 cookie A, 2 cookie B).
+struct Slot {
+  unsigned sibling;
+  int tag;
+};
+
+/// One row of the seed's table.
+struct Config {
+  const char* name;
+  Slot cpu;
+  std::optional<Slot> mem; ///< unset: the cpu benchmark runs alone
+};
+
+/// The seed's rows, in its order.
+inline const std::array<Config, 6> configs{{
+    {"Alone", {0, 0}, std::nullopt},
+    {"nosmt", {0, 0}, Slot{0, 0}},
+    {"no tag", {0, 0}, Slot{1, 0}},
+    {"cpu tagged", {0, 1}, Slot{1, 0}},
+    {"mem tagged", {0, 0}, Slot{1, 1}},
+    {"both tagged", {0, 1}, Slot{1, 2}},
+}};
+
+/// Name of a tag for output.
+inline const char* tag_name(int tag) { return tag == 0 ? "untagged" : tag == 1 ? "A" : "B"; }
+
+/// What one benchmark loop did.
+struct Work {
+  std::uint64_t events = 0;
+  std::uint64_t checksum = 0; ///< sum of event results: keeps them live, and checks them
+  std::chrono::steady_clock::time_point end;
+};
+
+/// Runs `event` until `deadline`, reading the clock every `check_every` events
+/// (the clock costs ~28 ns: fine beside a cpu event, not beside a memory one).
+/// preempt_point() between events lets the runtime switch cookies on the core;
+/// on a plain thread it does nothing.
+template <class Event>
+Work loop_until(std::chrono::steady_clock::time_point deadline, unsigned check_every, Event&& event) {
+  Work w;
+  for (;;) {
+    for (unsigned i = 0; i < check_every; ++i) {
+      w.checksum += event();
+      this_fiber::preempt_point();
+    }
+    w.events += check_every;
+    w.end = std::chrono::steady_clock::now();
+    if (w.end >= deadline) return w;
+  }
+}
+
+inline constexpr unsigned mem_check_every = 256;
+
+/// The cpu benchmark: sysbench cpu events until the deadline.
+inline Work cpu_loop(std::chrono::steady_clock::time_point deadline, std::uint64_t max_prime) {
+  return loop_until(deadline, 1, [max_prime] { return cpu_event(max_prime); });
+}
+
+/// The memory benchmark: sysbench memory events until the deadline.
+inline Work mem_loop(std::chrono::steady_clock::time_point deadline, MemoryBuffer& buf) {
+  MemoryCursor cur(buf);
+  return loop_until(deadline, mem_check_every, [&cur] {
+    cur.event();
+    return std::uint64_t{0};
+  });
+}
+
+/// start + seconds, on the steady clock.
+inline std::chrono::steady_clock::time_point after(std::chrono::steady_clock::time_point start, double s) {
+  return start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+}
+
+/// One run of one configuration.
+struct Run {
+  double elapsed_s = 0;     ///< start to both benchmarks joined
+  Work cpu;
+  double cpu_elapsed_s = 0; ///< start to the cpu loop's last clock read
+  std::optional<Work> mem;
+  double mem_elapsed_s = 0;
+  std::optional<std::uint64_t> forced_idle_ns; ///< unset where not measured (threads, sysbench)
+  unsigned siblings = 2;
+
+  double cpu_events_per_s() const { return static_cast<double>(cpu.events) / cpu_elapsed_s; }
+  std::optional<double> mem_mib_per_s(std::uint64_t block_bytes) const;
+  std::optional<double> forced_idle_pct() const;
+};
+
+/// All runs of one configuration.
+struct Row {
+  const Config* config;
+  std::vector<Run> runs;
+  Summary cpu() const;
+  std::optional<Summary> mem(std::uint64_t block_bytes) const;
+  std::optional<Summary> forced_idle() const;
+};
+
+/// Runs every configuration `runs` times with `one`, printing progress as
+/// "[label] <config> run i/n ... <result>".
+std::vector<Row> run_rows(const std::string& label, const Settings& s,
+                          const std::function<Run(const Config&)>& one);
+
+/// The result table: config, cpu ev/s avg and stdev, mem MiB/s avg and stdev,
+/// forced-idle %.
+std::string render_rows(const std::vector<Row>& rows, std::uint64_t block_bytes);
+
+/// One configuration's figures in JSON (summaries and per-run raw values).
+void write_row(JsonWriter& j, const Row& r, const Settings& s);
+
+/// What the matrix runs on: the chosen core's first two siblings.
+struct Place {
+  unsigned core;
+  std::array<unsigned, 2> pus;  ///< Topology::pus() indexes of siblings 0 and 1
+  std::array<unsigned, 2> cpus; ///< the real CPUs behind them
+  unsigned siblings;            ///< PUs of the core (forced idle is per sibling)
+};
+
+/// --compare-sysbench: runs sysbench pinned to the same CPUs; prints the
+/// comparison and writes it under "sysbench" when `j` is given.
+void compare_sysbench(const Settings& s, const Place& p, const std::vector<Row>& ours, JsonWriter& j);
+
+/// --compare-kernel: the same matrix with plain threads and kernel cookies
+/// (PR_SCHED_CORE), where the kernel supports it; writes it under "kernel".
+void compare_kernel(const Settings& s, const Place& p, const Topology& t, MemoryBuffer& buffer,
+                    const std::vector<Row>& ours, JsonWriter& j);
+
+} // namespace coresched::bench::matrix

@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+// The matrix's per-run figures, summaries, table and JSON; shared by the fiber
+// runs and the kernel-thread comparison.
+#include "matrix.hpp"
+
+#include <fmt/format.h>
+
+namespace coresched::bench::matrix {
+
+std::optional<double> Run::mem_mib_per_s(std::uint64_t block_bytes) const {
+  if (!mem) return std::nullopt;
+  const double bytes = static_cast<double>(mem->events) * static_cast<double>(block_bytes);
+  return bytes / mem_elapsed_s / (1024.0 * 1024.0);
+}
+
+std::optional<double> Run::forced_idle_pct() const {
+  if (!forced_idle_ns) return std::nullopt;
+  return 100.0 * static_cast<double>(*forced_idle_ns) / (elapsed_s * 1e9 * siblings);
+}
+
+Summary Row::cpu() const {
+  std::vector<double> xs;
+  for (const auto& r : runs) xs.push_back(r.cpu_events_per_s());
+  return summarize(xs);
+}
+
+std::optional<Summary> Row::mem(std::uint64_t block_bytes) const {
+  std::vector<double> xs;
+  for (const auto& r : runs)
+    if (auto v = r.mem_mib_per_s(block_bytes)) xs.push_back(*v);
+  if (xs.empty()) return std::nullopt;
+  return summarize(xs);
+}
+
+std::optional<Summary> Row::forced_idle() const {
+  std::vector<double> xs;
+  for (const auto& r : runs)
+    if (auto v = r.forced_idle_pct()) xs.push_back(*v);
+  if (xs.empty()) return std::nullopt;
+  return summarize(xs);
+}
+
+namespace {
+
+std::string run_result(const Run& r, std::uint64_t block_bytes) {
+  std::string s = fmt::format(" cpu {:.2f} ev/s", r.cpu_events_per_s());
+  if (auto m = r.mem_mib_per_s(block_bytes)) s += fmt::format(", mem {:.1f} MiB/s", *m);
+  if (auto f = r.forced_idle_pct()) s += fmt::format(", forced idle {:.1f}%", *f);
+  return s;
+}
+
+} // namespace
+
+std::vector<Row> run_rows(const std::string& label, const Settings& s,
+                          const std::function<Run(const Config&)>& one) {
+  std::vector<Row> rows;
+  for (const auto& c : configs) {
+    Row row{&c, {}};
+    for (unsigned i = 1; i <= s.runs; ++i) {
+      progress_begin(label, fmt::format("{} run {}/{} ({} s) ...", c.name, i, s.runs, s.time_s));
+      row.runs.push_back(one(c));
+      progress_end(run_result(row.runs.back(), s.block_bytes));
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::string render_rows(const std::vector<Row>& rows, std::uint64_t block_bytes) {
+  Table t({"config", "cpu ev/s avg", "stdev", "mem MiB/s avg", "stdev", "forced-idle %"});
+  for (const auto& r : rows) {
+    const Summary cpu = r.cpu();
+    const auto mem = r.mem(block_bytes);
+    const auto idle = r.forced_idle();
+    t.add_row({r.config->name, fixed(cpu.avg, 2), fixed(cpu.stdev, 2), fixed(mem ? mem->avg : std::optional<double>{}, 1),
+               fixed(mem ? mem->stdev : std::optional<double>{}, 1),
+               fixed(idle ? idle->avg : std::optional<double>{}, 1)});
+  }
+  return t.render();
+}
+
+namespace {
+
+void write_slot(JsonWriter& j, std::string_view k, const std::optional<Slot>& slot) {
+  if (!slot) { j.key(k).null(); return; }
+  j.key(k).begin_object().field("sibling", slot->sibling).field("cookie", tag_name(slot->tag)).end_object();
+}
+
+void write_run(JsonWriter& j, const Run& r, std::uint64_t block_bytes) {
+  j.begin_object();
+  j.field("elapsed_s", r.elapsed_s);
+  j.field("cpu_events", r.cpu.events).field("cpu_elapsed_s", r.cpu_elapsed_s);
+  j.field("cpu_events_per_s", r.cpu_events_per_s());
+  if (r.mem) {
+    j.field("mem_events", r.mem->events).field("mem_elapsed_s", r.mem_elapsed_s);
+    j.field("mem_mib_per_s", *r.mem_mib_per_s(block_bytes));
+  }
+  if (r.forced_idle_ns) {
+    j.field("forced_idle_ns", *r.forced_idle_ns).field("siblings", r.siblings);
+    j.field("forced_idle_pct", *r.forced_idle_pct());
+  }
+  j.end_object();
+}
+
+} // namespace
+
+void write_row(JsonWriter& j, const Row& r, const Settings& s) {
+  j.begin_object();
+  j.field("name", r.config->name);
+  write_slot(j, "cpu", r.config->cpu);
+  write_slot(j, "mem", r.config->mem);
+  j.summary("cpu_events_per_s", r.cpu(), "events/s");
+  if (auto m = r.mem(s.block_bytes)) j.summary("mem_mib_per_s", *m, "MiB/s");
+  else j.key("mem_mib_per_s").null();
+  if (auto f = r.forced_idle()) j.summary("forced_idle_pct", *f, "%");
+  j.key("runs").begin_array();
+  for (const auto& run : r.runs) write_run(j, run, s.block_bytes);
+  j.end_array();
+  j.end_object();
+}
+
+} // namespace coresched::bench::matrix

@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+// The core-wide pick, driven step by step without threads.
+#include "core_coordinator.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+using namespace coresched::detail;
+using Kind = Pick::Kind;
+
+namespace {
+struct Core {
+  explicit Core(unsigned n, coresched::FairnessPolicy policy = coresched::FairnessPolicy::core_vruntime,
+                std::uint64_t gran = 500'000)
+      : c(0, workers(n), CoreConfig{policy, gran}) {}
+  static std::vector<unsigned> workers(unsigned n) {
+    std::vector<unsigned> w;
+    for (unsigned i = 0; i < n; ++i) w.push_back(i);
+    return w;
+  }
+  void add(unsigned s, Fiber& f) {
+    WakeList w;
+    c.enqueue_locked(s, &f, w);
+  }
+  Pick pick(unsigned s) {
+    WakeList w;
+    return c.pick_locked(s, w);
+  }
+  CoreCoordinator c;
+};
+
+Fiber& fiber(std::vector<Fiber>& pool, std::size_t i, std::uint64_t cookie, int pinned = kNotPinned) {
+  pool[i].cookie = cookie;
+  pool[i].pinned = pinned;
+  return pool[i];
+}
+} // namespace
+
+TEST_CASE("single-PU core picks round-robin across cookies", "[coordinator]") {
+  Core core(1);
+  std::vector<Fiber> f(3);
+  core.add(0, fiber(f, 0, 1));
+  core.add(0, fiber(f, 1, 2));
+  core.add(0, fiber(f, 2, 1));
+  CHECK(core.pick(0).fiber == &f[0]);
+  CHECK(core.pick(0).fiber == &f[1]);
+  CHECK(core.pick(0).fiber == &f[2]);
+  CHECK(core.pick(0).kind == Kind::idle);
+}
+
+TEST_CASE("a sibling runs the core's cookie, taking from its sibling's queue", "[coordinator]") {
+  Core core(2);
+  std::vector<Fiber> f(3);
+  core.add(0, fiber(f, 0, 5));
+  core.add(0, fiber(f, 1, 5));
+  const Pick a = core.pick(0);
+  REQUIRE(a.kind == Kind::run);
+  CHECK(a.fiber->cookie == 5);
+  const Pick b = core.pick(1);
+  REQUIRE(b.kind == Kind::run);
+  CHECK(b.fiber == &f[1]);
+  CHECK_FALSE(core.c.sibling_conflict(0, 5));
+}
+
+TEST_CASE("a sibling with only another cookie is forced idle", "[coordinator]") {
+  Core core(2);
+  std::vector<Fiber> f(2);
+  core.add(0, fiber(f, 0, 5));
+  core.add(1, fiber(f, 1, 6));
+  const Pick a = core.pick(0);
+  REQUIRE(a.kind == Kind::run);
+  const std::uint64_t running = a.fiber->cookie;
+  const Pick b = core.pick(1);
+  CHECK(b.kind == Kind::forced_idle);
+  CHECK(b.fiber == nullptr);
+  CHECK(b.blocker == running);
+  CHECK(core.c.forced_idle_count() == 1);
+  // It may only steal the core's cookie from other cores.
+  CHECK(b.steal == Pick::Steal::cookie);
+  CHECK(b.steal_cookie == running);
+  CHECK(core.c.running_cookie() == running);
+}
+
+TEST_CASE("when another cookie is due, the running sibling is asked to stop first", "[coordinator]") {
+  Core core(2, coresched::FairnessPolicy::core_vruntime, 0);
+  std::vector<Fiber> f(2);
+  core.add(0, fiber(f, 0, 5, 0));
+  REQUIRE(core.pick(0).fiber == &f[0]); // cookie 5 owns the core from now
+  std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  core.add(1, fiber(f, 1, 6, 1));
+  const Pick b = core.pick(1);
+  REQUIRE(b.kind == Kind::forced_idle); // no overlap: it waits
+  CHECK(b.wanted == 6);
+  CHECK(b.blocker == 5);
+  CHECK(core.c.sibling(0).preempt.load()); // sibling 0 must yield
+  CHECK(b.steal == Pick::Steal::none);
+  // Sibling 0 yields: its fiber goes back, and the core hands over to cookie 6.
+  WakeList w;
+  core.c.requeue_locked(0, &f[0]);
+  const Pick a = core.pick(0);
+  CHECK(a.kind == Kind::forced_idle); // cookie 6 is pinned to sibling 1
+  CHECK(a.blocker == 6);
+  const Pick b2 = core.pick(1);
+  REQUIRE(b2.kind == Kind::run);
+  CHECK(b2.fiber == &f[1]);
+}
+
+TEST_CASE("forced-idle balance favours the cookie that waited longest", "[coordinator]") {
+  Core core(2, coresched::FairnessPolicy::forceidle_balance, 0);
+  std::vector<Fiber> f(3);
+  core.add(0, fiber(f, 0, 5, 0));
+  core.add(0, fiber(f, 2, 5, 0));
+  REQUIRE(core.pick(0).fiber == &f[0]);
+  core.add(1, fiber(f, 1, 6, 1));
+  core.pick(1); // a checkpoint: cookie 6 starts waiting
+  std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  const Pick b = core.pick(1);
+  CHECK(b.kind == Kind::forced_idle);
+  CHECK(b.wanted == 6); // 6 waited while 5 held the core: 6 is due
+  CHECK(core.c.sibling(0).preempt.load());
+}
+
+TEST_CASE("the isolation invariant holds for every scripted pick", "[coordinator]") {
+  Core core(4);
+  std::vector<Fiber> f(64);
+  for (std::size_t i = 0; i < f.size(); ++i) core.add(i % 4, fiber(f, i, i % 3));
+  std::vector<Fiber*> running(4, nullptr);
+  for (int step = 0; step < 400; ++step) {
+    const unsigned s = static_cast<unsigned>(step * 7 % 4);
+    if (running[s]) core.c.requeue_locked(s, running[s]);
+    const Pick p = core.pick(s);
+    running[s] = p.kind == Kind::run ? p.fiber : nullptr;
+    for (unsigned t = 0; t < 4; ++t)
+      if (running[t]) REQUIRE_FALSE(core.c.sibling_conflict(t, running[t]->cookie));
+  }
+}

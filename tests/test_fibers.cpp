@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fibers: spawn/join, yield, exceptions, stealing, sleeping, shutdown, misuse.
+#include <coresched/coresched.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+using namespace coresched;
+using namespace std::chrono_literals;
+
+namespace {
+Options topo(const char* spec) {
+  Options o;
+  o.topology = spec;
+  return o;
+}
+} // namespace
+
+TEST_CASE("100,000 fibers spawned and joined with correct results", "[fibers]") {
+  Runtime rt(topo("core:2 pu:2"));
+  constexpr int kFibers = 100'000;
+  std::vector<JoinHandle<std::uint64_t>> handles;
+  handles.reserve(kFibers);
+  for (int i = 0; i < kFibers; ++i) handles.push_back(rt.spawn([i] { return std::uint64_t(i) * 3; }));
+  std::uint64_t sum = 0;
+  for (auto& h : handles) sum += h.join();
+  CHECK(sum == 3ull * (kFibers - 1) * kFibers / 2);
+}
+
+TEST_CASE("fibers spawn and join fibers from inside the runtime", "[fibers]") {
+  Runtime rt(topo("core:2 pu:1"));
+  auto outer = rt.spawn([] {
+    std::vector<JoinHandle<int>> inner;
+    for (int i = 0; i < 1000; ++i) inner.push_back(coresched::spawn([i] { return i; }));
+    int s = 0;
+    for (auto& h : inner) s += h.join();
+    return s;
+  });
+  CHECK(outer.join() == 999 * 1000 / 2);
+}
+
+TEST_CASE("yield round-robins fibers on one worker", "[fibers]") {
+  Runtime rt(topo("core:1 pu:1"));
+  std::vector<int> order;
+  std::atomic<int> ready{0};
+  std::vector<JoinHandle<void>> hs;
+  for (int id = 0; id < 3; ++id) {
+    hs.push_back(rt.spawn([&, id] {
+      ready.fetch_add(1);
+      while (ready.load() < 3) this_fiber::yield();
+      for (int round = 0; round < 3; ++round) {
+        order.push_back(id);
+        this_fiber::yield();
+      }
+    }));
+  }
+  for (auto& h : hs) h.join();
+  REQUIRE(order.size() == 9);
+  for (std::size_t i = 3; i < order.size(); ++i) CHECK(order[i] == order[i - 3]);
+  CHECK(std::set<int>(order.begin(), order.begin() + 3).size() == 3);
+}
+
+TEST_CASE("exceptions propagate to join", "[fibers]") {
+  Runtime rt(topo("core:2 pu:1"));
+  auto h = rt.spawn([]() -> int { throw std::runtime_error("boom"); });
+  CHECK_THROWS_WITH(h.join(), "boom");
+  CHECK_FALSE(h.joinable());
+}
+
+TEST_CASE("a burst spawned on one worker is stolen by all workers", "[fibers]") {
+  Runtime rt(topo("core:2 pu:2"));
+  const unsigned n = static_cast<unsigned>(rt.topology().pus().size());
+  std::vector<std::atomic<int>> ran(n);
+  auto root = rt.spawn([&] {
+    std::vector<JoinHandle<void>> hs;
+    for (int i = 0; i < 2000; ++i) {
+      hs.push_back(coresched::spawn([&] {
+        ran[this_fiber::location().worker].fetch_add(1);
+        const auto until = std::chrono::steady_clock::now() + 50us;
+        while (std::chrono::steady_clock::now() < until) {
+        }
+      }));
+    }
+    for (auto& h : hs) h.join();
+  });
+  root.join();
+  int total = 0;
+  for (unsigned w = 0; w < n; ++w) {
+    INFO("worker " << w << " ran " << ran[w].load());
+    CHECK(ran[w].load() > 0);
+    total += ran[w].load();
+  }
+  CHECK(total == 2000);
+  std::uint64_t steals = 0;
+  for (const auto& w : rt.stats().workers) steals += w.steals;
+  CHECK(steals > 0);
+}
+
+TEST_CASE("sleep_for suspends the fiber for at least the time asked", "[fibers]") {
+  Runtime rt(topo("core:2 pu:1"));
+  auto h = rt.spawn([] {
+    const auto t0 = std::chrono::steady_clock::now();
+    this_fiber::sleep_for(20ms);
+    return std::chrono::steady_clock::now() - t0;
+  });
+  CHECK(h.join() >= 20ms);
+}
+
+TEST_CASE("shutdown with sleeping fibers neither hangs nor leaks", "[fibers]") {
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    Runtime rt(topo("core:2 pu:2"));
+    for (int i = 0; i < 50; ++i) rt.spawn([] { this_fiber::sleep_for(1h); }, SpawnOptions{.detached = true});
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 30s);
+}
+
+TEST_CASE("detached fibers run to completion before shutdown returns", "[fibers]") {
+  std::atomic<int> done{0};
+  {
+    Runtime rt(topo("core:2 pu:1"));
+    for (int i = 0; i < 100; ++i) {
+      auto h = rt.spawn([&] {
+        this_fiber::yield();
+        done.fetch_add(1);
+      });
+      h.detach();
+    }
+  }
+  CHECK(done.load() == 100);
+}
+
+TEST_CASE("misuse gets a clear error", "[fibers]") {
+  Runtime rt(topo("core:1 pu:1"));
+  auto h = rt.spawn([] { return 1; });
+  CHECK(h.join() == 1);
+  CHECK_THROWS_AS(h.join(), UsageError); // joined twice
+  CHECK_THROWS_AS(this_fiber::yield(), UsageError);
+  CHECK_THROWS_AS(this_fiber::set_cookie(Cookie::create()), UsageError);
+  CHECK_THROWS_AS(coresched::spawn([] {}), UsageError);
+  CHECK_THROWS_WITH(rt.spawn([] {}, SpawnOptions{.stack_size = 0}), Catch::Contains("stack size"));
+  CHECK_THROWS_WITH(rt.spawn([] {}, SpawnOptions{.pin_to_pu = 99}), Catch::Contains("out of range"));
+  this_fiber::preempt_point(); // harmless on a plain thread
+  CHECK(this_fiber::id() == 0);
+  rt.shutdown();
+  CHECK_THROWS_WITH(rt.spawn([] {}), Catch::Contains("after shutdown"));
+  Options bad = topo("core:1 pu:1");
+  bad.stack_size = 0;
+  CHECK_THROWS_AS(Runtime(bad), UsageError);
+}
+
+TEST_CASE("fibers report their location and ids", "[fibers]") {
+  Runtime rt(topo("core:2 pu:2"));
+  auto h = rt.spawn([] {
+    const Location l = this_fiber::location();
+    return std::make_pair(l, this_fiber::id());
+  }, SpawnOptions{.pin_to_pu = 3});
+  const std::uint64_t id = h.id();
+  auto [loc, fid] = h.join();
+  CHECK(loc.worker == 3);
+  CHECK(loc.core == 1);
+  CHECK(fid == id);
+  CHECK(fid != 0);
+}
+
+TEST_CASE("a custom stack size is honoured", "[fibers]") {
+  Runtime rt(topo("core:1 pu:1"));
+  auto h = rt.spawn([] {
+    volatile char big[200 * 1024];
+    big[0] = 1;
+    big[sizeof(big) - 1] = 2;
+    return big[0] + big[sizeof(big) - 1];
+  }, SpawnOptions{.stack_size = 512 * 1024});
+  CHECK(h.join() == 3);
+}
