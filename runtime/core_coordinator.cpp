@@ -2,6 +2,7 @@
 #include "core_coordinator.hpp"
 
 #include "clock.hpp"
+#include "futex.hpp"
 
 #include <algorithm>
 
@@ -14,7 +15,7 @@ std::atomic<bool> ignore_siblings{false};
 void WakeList::notify() noexcept {
   for (std::size_t i = 0; i < n_; ++i) {
     words_[i]->fetch_add(1, std::memory_order_release);
-    words_[i]->notify_one();
+    futex_wake(*words_[i], 1);
   }
   n_ = 0;
 }
@@ -277,6 +278,12 @@ Pick CoreCoordinator::pick_locked(unsigned s, WakeList& wakes) {
   p.steal = Pick::Steal::cookie; // like the kernel's try_steal_cookie
   p.steal_cookie = want;
   return p;
+}
+
+bool CoreCoordinator::remove_locked(unsigned s, Fiber* f) {
+  if (!siblings_[s]->queue.remove(f)) return false;
+  count_queued(f->cookie, -1);
+  return true;
 }
 
 Fiber* CoreCoordinator::steal_locked(std::uint64_t cookie, bool any) {

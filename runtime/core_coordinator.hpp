@@ -92,6 +92,8 @@ public:
   void requeue_locked(unsigned s, Fiber* f);
   /// The core-wide pick for sibling `s`, whose fiber (if any) has stopped.
   Pick pick_locked(unsigned s, WakeList& wakes);
+  /// Removes `f` from sibling `s`'s queue if it is still there.
+  bool remove_locked(unsigned s, Fiber* f);
   /// Takes an unpinned queued fiber for a worker of another core.
   Fiber* steal_locked(std::uint64_t cookie, bool any);
   /// Whether sibling `s` could start a fiber of `cookie` now without breaking isolation.

@@ -11,7 +11,7 @@ void release_fiber(Fiber* f) noexcept {
   if (f->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   f->task()->~Task();
   f->~Fiber();
-  ::operator delete(static_cast<void*>(f), std::align_val_t(kTaskAlign));
+  ::operator delete(static_cast<void*>(f));
 }
 
 // The park/wake handshake: a fiber announces `parking` before it registers

@@ -53,14 +53,17 @@ struct Fiber {
   std::atomic<int> refs{1};
   SpinLock join_lock;
   std::atomic<std::uint32_t> done{0};
-  Fiber* joiner = nullptr;
+  Fiber* joiner = nullptr;   // a fiber suspended in join
+  bool thread_joiner = false; // a plain thread blocked in join (futex on `done`)
 
   Task* task() noexcept;
   static Fiber* of(const Task* t) noexcept;
 };
 
-/// Where the task lives behind the control block.
-inline constexpr std::size_t kTaskAlign = 64;
+/// Where the task lives behind the control block. Plain operator new (16-byte
+/// alignment) keeps the block in malloc's per-thread cache; an aligned new
+/// would take glibc's slow memalign path on every spawn.
+inline constexpr std::size_t kTaskAlign = alignof(std::max_align_t);
 inline constexpr std::size_t kTaskOffset = (sizeof(Fiber) + kTaskAlign - 1) / kTaskAlign * kTaskAlign;
 
 inline Task* Fiber::task() noexcept {

@@ -76,6 +76,22 @@ Fiber* RunQueue::steal(std::uint64_t cookie, bool any) noexcept {
   return nullptr;
 }
 
+bool RunQueue::remove(Fiber* f) noexcept {
+  List* l = find(f->cookie);
+  if (!l) return false;
+  Fiber* prev = nullptr;
+  for (Fiber* x = l->head; x; prev = x, x = x->next) {
+    if (x != f) continue;
+    (prev ? prev->next : l->head) = x->next;
+    if (l->tail == x) l->tail = prev;
+    --l->count;
+    --size_;
+    x->next = nullptr;
+    return true;
+  }
+  return false;
+}
+
 bool RunQueue::has_stealable(std::uint64_t cookie) const noexcept {
   const List* l = find(cookie);
   if (!l) return false;

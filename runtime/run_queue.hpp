@@ -22,6 +22,8 @@ public:
   Fiber* pop_oldest() noexcept;
   /// Oldest unpinned fiber of `cookie` (any cookie if `any`), for another worker.
   Fiber* steal(std::uint64_t cookie, bool any) noexcept;
+  /// Removes `f` if it is queued here; returns whether it was.
+  bool remove(Fiber* f) noexcept;
   /// Whether an unpinned fiber of `cookie` is queued.
   bool has_stealable(std::uint64_t cookie) const noexcept;
   std::size_t size() const noexcept { return size_; }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The public Runtime and the join-handle plumbing, over the scheduler.
+#include "futex.hpp"
 #include "scheduler.hpp"
 
 #include <coresched/runtime.hpp>
@@ -38,11 +39,15 @@ void join_task(Task* t) {
   if (f->done.load(std::memory_order_acquire)) return;
   Worker* w = Worker::current();
   if (!w || !w->in_task()) {
-    while (!f->done.load(std::memory_order_acquire)) f->done.wait(0, std::memory_order_acquire);
+    f->join_lock.lock();
+    f->thread_joiner = true;
+    f->join_lock.unlock();
+    while (!f->done.load(std::memory_order_acquire)) futex_wait(f->done, 0);
     return;
   }
   Fiber* self = w->running();
   if (self == f) throw UsageError("coresched: a fiber cannot join itself");
+  if (w->run_inline(f)) return;
   f->join_lock.lock();
   if (f->done.load(std::memory_order_acquire)) {
     f->join_lock.unlock();

@@ -80,14 +80,15 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
   if (opts.pin_to_pu && *opts.pin_to_pu >= workers_.size())
     throw UsageError("coresched: pin_to_pu " + std::to_string(*opts.pin_to_pu) + " is out of range (" +
                      std::to_string(workers_.size()) + " PUs)");
-  if (align > kTaskAlign) throw UsageError("coresched: callables aligned beyond 64 bytes are not supported");
-  void* mem = ::operator new(kTaskOffset + size, std::align_val_t(kTaskAlign));
+  if (align > kTaskAlign)
+    throw UsageError("coresched: callables aligned beyond alignof(std::max_align_t) are not supported");
+  void* mem = ::operator new(kTaskOffset + size);
   auto* f = new (mem) Fiber;
   try {
     construct(static_cast<char*>(mem) + kTaskOffset, arg);
   } catch (...) {
     f->~Fiber();
-    ::operator delete(mem, std::align_val_t(kTaskAlign));
+    ::operator delete(mem);
     throw;
   }
   Worker* here = Worker::current();
@@ -106,7 +107,7 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
   } else if (local) {
     // Spawned by a fiber: queue locally (cache-warm); a backlog wakes a helper to steal.
     f->last_worker = here->index();
-    enqueue_on(here->index(), f);
+    here->enqueue_spawned(f);
     if (here->core().queued_hint() > 1) wake_helper(*here);
   } else {
     f->last_worker = next_external_.fetch_add(1, std::memory_order_relaxed) % static_cast<unsigned>(workers_.size());

@@ -50,6 +50,8 @@ public:
   void wake_helper(const Worker& from);
   /// A worker enters or leaves the idle loop.
   void note_idle(const Worker& w, bool idle) noexcept;
+  /// Whether some worker is idle (a relaxed hint).
+  bool idle_hint() const noexcept { return idle_count_.load(std::memory_order_relaxed) > 0; }
   /// Whether an idle worker may spin now (at most half of the idle ones).
   bool try_start_spinning() noexcept;
   void stop_spinning() noexcept { spinning_.fetch_sub(1, std::memory_order_relaxed); }

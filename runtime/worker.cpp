@@ -2,10 +2,12 @@
 #include "worker.hpp"
 
 #include "clock.hpp"
+#include "futex.hpp"
 #include "hwloc_handle.hpp"
 #include "log.hpp"
 #include "scheduler.hpp"
 
+#include <climits>
 #include <immintrin.h>
 #include <pthread.h>
 #include <sched.h>
@@ -191,14 +193,50 @@ void Worker::finish(Fiber* f) {
   f->join_lock.lock();
   f->done.store(1, std::memory_order_release);
   Fiber* joiner = std::exchange(f->joiner, nullptr);
+  const bool thread_waits = f->thread_joiner;
   f->join_lock.unlock();
-  f->done.notify_all(); // a plain thread may be blocked in join
+  if (thread_waits) futex_wake(f->done, INT_MAX); // a plain thread is blocked in join
   if (joiner) wake_fiber(joiner);
 }
 
-Pick Worker::pick() {
+bool Worker::local_ok() const noexcept {
+  return core_.single_pu() && core_.queued_hint() == 0 && !sched_.idle_hint();
+}
+
+void Worker::spill_local_locked() {
+  while (Fiber* f = local_.pop()) core_.requeue_locked(sibling_, f);
+}
+
+bool Worker::push_local(Fiber* f) {
+  if (!local_ok()) return false;
+  local_.push(f);
+  return true;
+}
+
+void Worker::enqueue_spawned(Fiber* f) {
+  if (push_local(f)) return;
   WakeList wakes;
   core_.lock().lock();
+  spill_local_locked();
+  core_.enqueue_locked(sibling_, f, wakes);
+  core_.lock().unlock();
+  wakes.notify();
+}
+
+Pick Worker::pick() {
+  if (!local_.empty() && local_ok()) {
+    Pick p;
+    p.kind = Pick::Kind::run;
+    p.fiber = local_.pop();
+    Sibling& me = sibling();
+    if (me.preempt.load(std::memory_order_relaxed)) me.preempt.store(false, std::memory_order_relaxed);
+    if (me.running.load(std::memory_order_relaxed) != p.fiber->cookie)
+      me.running.store(p.fiber->cookie, std::memory_order_release);
+    return p;
+  }
+  WakeList wakes;
+  core_.lock().lock();
+  spill_local_locked();
   Pick p = core_.pick_locked(sibling_, wakes);
   core_.lock().unlock();
   wakes.notify();
@@ -209,10 +247,37 @@ Pick Worker::pick() {
 
 void Worker::yield() {
   Fiber* self = current_;
+  if (local_ok()) {
+    // Single-PU fast path: nothing shared to look at, nobody idle to share with.
+    Sibling& me = sibling();
+    if (me.preempt.load(std::memory_order_relaxed)) me.preempt.store(false, std::memory_order_relaxed);
+    if (local_.empty()) {
+      switches.store(switches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      return;
+    }
+    local_.push(self);
+    Fiber* next = local_.pop();
+    if (me.running.load(std::memory_order_relaxed) != next->cookie)
+      me.running.store(next->cookie, std::memory_order_release);
+    // `self` is invisible to other workers until its context is saved.
+    prev_ = self;
+    after_ = After::none;
+    current_ = next;
+    begin_run(next);
+    if (next->fresh) [[unlikely]] {
+      next->fresh = false;
+      next->stack = stacks_.get(next->stack_size);
+      next->context = ctx::make_fcontext(next->stack.top(), next->stack.size, &Worker::fiber_main);
+    }
+    ctx::transfer_t t = ctx::jump_fcontext(next->context, nullptr);
+    Worker::current()->after_resume(t.fctx);
+    return;
+  }
   self->context_saved.store(false, std::memory_order_relaxed);
   self->state.store(FiberState::runnable, std::memory_order_relaxed);
   WakeList wakes;
   core_.lock().lock();
+  spill_local_locked();
   core_.requeue_locked(sibling_, self);
   Pick p = core_.pick_locked(sibling_, wakes);
   core_.lock().unlock();
@@ -229,6 +294,33 @@ void Worker::yield() {
 void Worker::park() {
   const Pick p = pick();
   switch_to(p.kind == Pick::Kind::run ? p.fiber : &idle_ctx_, After::park);
+}
+
+bool Worker::run_inline(Fiber* f) {
+  Fiber* parent = current_;
+  if (!f->fresh || f->cookie != parent->cookie || (f->pinned != kNotPinned && f->pinned != int(pu_.index)))
+    return false;
+  bool mine = local_.remove(f);
+  if (!mine) {
+    core_.lock().lock();
+    mine = core_.remove_locked(sibling_, f);
+    core_.lock().unlock();
+  }
+  if (!mine) return false;
+  // The child borrows the parent's stack. If it blocks, the parent (which
+  // is waiting for it anyway) is suspended underneath it.
+  f->fresh = false;
+  current_ = f;
+  begin_run(f);
+  f->task()->run();
+  Worker* w = Worker::current(); // the child may have migrated, and the parent with it
+  w->finish(f);
+  w->current_ = parent;
+  parent->state.store(FiberState::running, std::memory_order_relaxed);
+  parent->last_worker = w->pu_.index;
+  release_fiber(f);
+  w->sched_.fiber_retired();
+  return true;
 }
 
 void Worker::set_cookie(std::uint64_t cookie) {
@@ -326,7 +418,8 @@ bool Worker::sleep_once() {
   if (sched_.exiting()) return true;
   close_segment(now_ns());
   sleeps_.fetch_add(1, std::memory_order_relaxed);
-  sibling().wake_word.wait(epoch, std::memory_order_acquire);
+  while (sibling().wake_word.load(std::memory_order_acquire) == epoch && !sched_.exiting())
+    futex_wait(sibling().wake_word, epoch);
   return true;
 }
 

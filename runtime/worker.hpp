@@ -7,6 +7,7 @@
 
 #include "core_coordinator.hpp"
 #include "fiber.hpp"
+#include "local_queue.hpp"
 #include "stack_pool.hpp"
 
 #include <coresched/stats.hpp>
@@ -51,6 +52,12 @@ public:
   void yield();
   /// Suspends the running fiber; its state must already be `parking`.
   void park();
+  /// Runs `f`, which the running fiber is about to join, right here if it has
+  /// not started and sits in this worker's queue with the same cookie: a call
+  /// instead of two switches. Returns false if it could not.
+  bool run_inline(Fiber* f);
+  /// Queues a new fiber spawned by the running fiber on this worker.
+  void enqueue_spawned(Fiber* f);
   /// Changes the running fiber's cookie, yielding if a sibling conflicts.
   void set_cookie(std::uint64_t cookie);
 
@@ -99,6 +106,14 @@ private:
   unsigned sibling_;
   StackPool stacks_;
   std::thread thread_;
+
+  // Single-PU cores only: fibers this worker queued for itself while no other
+  // worker was idle. Owner-only, so yield and spawn+join take no lock; spilled
+  // to the core's (stealable) queue whenever another worker goes idle.
+  LocalQueue local_;
+  bool local_ok() const noexcept;
+  void spill_local_locked();
+  bool push_local(Fiber* f);
 
   Fiber idle_ctx_;
   Fiber* current_ = nullptr;
