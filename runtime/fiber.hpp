@@ -49,6 +49,12 @@ struct Fiber {
   bool is_task = true;          // false for a worker's idle context
   std::atomic<bool> context_saved{true}; // false while switching out after being queued
   std::atomic<FiberState> state{FiberState::runnable};
+  // --- sanitizer bookkeeping (unused in normal builds) ---
+  const void* san_stack_bottom = nullptr;
+  std::size_t san_stack_size = 0;
+  void* asan_fake_stack = nullptr;
+  void* tsan_fiber = nullptr;
+  bool owns_tsan_fiber = true;
   // --- lifetime and join ---
   std::atomic<int> refs{1};
   SpinLock join_lock;

@@ -5,6 +5,7 @@
 #include "futex.hpp"
 #include "hwloc_handle.hpp"
 #include "log.hpp"
+#include "sanitizer.hpp"
 #include "scheduler.hpp"
 
 #include <climits>
@@ -71,6 +72,7 @@ void Worker::thread_main() {
   tls_worker = this;
   tls_preempt = &sibling().preempt;
   current_ = &idle_ctx_;
+  san::adopt_thread(idle_ctx_);
   bind_to_cpu();
   log().debug("worker {} started on CPU {} (core {}, sibling {})", pu_.index, pu_.cpu, pu_.core, sibling_);
   idle_loop();
@@ -116,13 +118,12 @@ void Worker::switch_to(Fiber* next, After after) {
     busy.store(false, std::memory_order_relaxed);
   }
   if (next->fresh) {
-    next->fresh = false;
-    next->stack = stacks_.get(next->stack_size);
-    next->context = ctx::make_fcontext(next->stack.top(), next->stack.size, &Worker::fiber_main);
+    start_fresh(next);
   } else {
     // A fiber queued by yield() may still be saving its context on its old worker.
     while (!next->context_saved.load(std::memory_order_acquire)) _mm_pause();
   }
+  san::before_switch(*prev_, *next, after == After::retire);
   ctx::transfer_t t = ctx::jump_fcontext(next->context, nullptr);
   // We may now be on another worker's thread: re-read it.
   Worker::current()->after_resume(t.fctx);
@@ -130,8 +131,16 @@ void Worker::switch_to(Fiber* next, After after) {
 
 // Runs on the context that was switched to: saves the previous context and
 // finishes what the previous fiber could not do while still on its stack.
+void Worker::start_fresh(Fiber* f) {
+  f->fresh = false;
+  f->stack = stacks_.get(f->stack_size);
+  san::assign_stack(*f, f->stack.base, f->stack.size);
+  f->context = ctx::make_fcontext(f->stack.top(), f->stack.size, &Worker::fiber_main);
+}
+
 void Worker::after_resume(ctx::fcontext_t from) {
   Fiber* p = prev_;
+  if (from) san::after_switch(*current_, *p);
   p->context = from;
   switch (after_) {
   case After::none:
@@ -148,6 +157,7 @@ void Worker::after_resume(ctx::fcontext_t from) {
     break;
   }
   case After::retire:
+    san::retire(*p);
     stacks_.put(std::exchange(p->stack, Stack{}));
     release_fiber(p);
     sched_.fiber_retired();
@@ -176,6 +186,9 @@ void Worker::fiber_loop() {
     if (next->fresh && next->stack_size == f->stack.size) {
       next->fresh = false;
       next->stack = std::exchange(f->stack, Stack{});
+      next->san_stack_bottom = f->san_stack_bottom;
+      next->san_stack_size = f->san_stack_size;
+      next->tsan_fiber = std::exchange(f->tsan_fiber, nullptr); // same stack, same sanitizer fiber
       w->prev_ = f;
       w->after_ = After::retire;
       w->current_ = next;
@@ -264,11 +277,9 @@ void Worker::yield() {
     after_ = After::none;
     current_ = next;
     begin_run(next);
-    if (next->fresh) [[unlikely]] {
-      next->fresh = false;
-      next->stack = stacks_.get(next->stack_size);
-      next->context = ctx::make_fcontext(next->stack.top(), next->stack.size, &Worker::fiber_main);
-    }
+    if (next->fresh) [[unlikely]]
+      start_fresh(next);
+    san::before_switch(*self, *next, false);
     ctx::transfer_t t = ctx::jump_fcontext(next->context, nullptr);
     Worker::current()->after_resume(t.fctx);
     return;
@@ -310,6 +321,10 @@ bool Worker::run_inline(Fiber* f) {
   // The child borrows the parent's stack. If it blocks, the parent (which
   // is waiting for it anyway) is suspended underneath it.
   f->fresh = false;
+  f->san_stack_bottom = parent->san_stack_bottom;
+  f->san_stack_size = parent->san_stack_size;
+  f->tsan_fiber = parent->tsan_fiber;
+  f->owns_tsan_fiber = false;
   current_ = f;
   begin_run(f);
   f->task()->run();

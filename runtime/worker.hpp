@@ -90,6 +90,7 @@ private:
   bool sleep_once();
   void switch_to(Fiber* next, After after);
   void after_resume(ctx::fcontext_t from);
+  void start_fresh(Fiber* f);
   void begin_run(Fiber* f);
   void finish(Fiber* f);
   Pick pick();

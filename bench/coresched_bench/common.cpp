@@ -38,7 +38,10 @@ std::optional<unsigned> first_smt_core(const Topology& t) {
 
 std::string join_list(const std::vector<unsigned>& xs) {
   std::string s;
-  for (std::size_t i = 0; i < xs.size(); ++i) s += (i ? "," : "") + std::to_string(xs[i]);
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(xs[i]);
+  }
   return s;
 }
 
@@ -242,6 +245,13 @@ void write_topology(JsonWriter& j, const Topology& t, const std::vector<unsigned
   j.field("pus_total", static_cast<unsigned>(t.pus().size()));
   j.field("cores_used", cores).field("pus_used", pus_used).field("cpus_used", cpus_of(t, pus_used));
   j.end_object();
+}
+
+bool can_write(const std::string& path, std::string& err) {
+  std::ofstream f(path, std::ios::binary | std::ios::app);
+  if (f) return true;
+  err = fmt::format("cannot write {}: {}", path, std::strerror(errno));
+  return false;
 }
 
 bool write_file(const std::string& path, const std::string& text, std::string& err) {

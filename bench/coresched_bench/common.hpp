@@ -118,6 +118,10 @@ private:
 /// description, and the cores/PUs/CPUs the benchmark used.
 void write_topology(JsonWriter& j, const Topology& t, const std::vector<unsigned>& pus_used);
 
+/// Checks before a long benchmark that the result file can be written (opens
+/// it for append: an existing file is left as it is until the final write).
+bool can_write(const std::string& path, std::string& err);
+
 /// Writes text to a file; on failure returns false with the reason in `err`.
 bool write_file(const std::string& path, const std::string& text, std::string& err);
 

@@ -6,26 +6,37 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <map>
 
 namespace coresched::bench::matrix {
 namespace {
 
 // ------------------------------------------------------------------ command line
 
+// Validators see the text before conversion, so they parse it themselves.
 CLI::Validator multiple_of_8() {
   return CLI::Validator(
       [](std::string& v) {
-        const auto n = std::stoull(v);
-        return n >= 8 && n % 8 == 0 ? std::string() : std::string("must be a multiple of 8 bytes (64-bit stores)");
+        std::uint64_t n = 0;
+        const bool ok = CLI::detail::lexical_cast(v, n) && n >= 8 && n % 8 == 0;
+        return ok ? std::string() : std::string("must be a multiple of 8 bytes (64-bit stores)");
       },
       "MULTIPLE OF 8");
+}
+
+CLI::Validator positive_seconds() {
+  return CLI::Validator(
+      [](std::string& v) {
+        double d = 0;
+        const bool ok = CLI::detail::lexical_cast(v, d) && d > 0 && d <= 1e6;
+        return ok ? std::string() : std::string("must be a number of seconds above 0");
+      },
+      "SECONDS");
 }
 
 void add_options(CLI::App& sub, Settings& s) {
   sub.add_option_function<unsigned>("--core", [&s](unsigned c) { s.core = c; },
                                     "Core to run on (default: the first core with two or more PUs)");
-  sub.add_option("--time", s.time_s, "Seconds per run")->capture_default_str()->check(CLI::PositiveNumber);
+  sub.add_option("--time", s.time_s, "Seconds per run")->capture_default_str()->check(positive_seconds());
   sub.add_option("--runs", s.runs, "Runs per configuration")->capture_default_str()->check(CLI::Range(1u, 1000000u));
   sub.add_option("--cpu-max-prime", s.cpu_max_prime, "Upper bound of the prime search of one cpu event")
       ->capture_default_str()->check(CLI::Range(std::uint64_t{3}, std::uint64_t{1} << 40));
@@ -39,11 +50,17 @@ void add_options(CLI::App& sub, Settings& s) {
   sub.add_option("--topology", s.topology,
                  "Topology: an hwloc synthetic string such as \"package:1 l3cache:1 core:1 pu:2\", an .xml "
                  "file, or empty for CORESCHED_TOPOLOGY / the real machine");
-  const std::map<std::string, FairnessPolicy> policies{{"core_vruntime", FairnessPolicy::core_vruntime},
-                                                        {"forceidle_balance", FairnessPolicy::forceidle_balance}};
-  sub.add_option_function<FairnessPolicy>("--policy", [&s](FairnessPolicy p) { s.policy = p; },
-                                          "Fairness policy between cookies (default: core_vruntime)")
-      ->transform(CLI::CheckedTransformer(policies, CLI::ignore_case));
+  sub.add_option_function<std::string>(
+         "--policy",
+         [&s](const std::string& p) {
+           s.policy = p == "forceidle_balance" ? FairnessPolicy::forceidle_balance : FairnessPolicy::core_vruntime;
+         },
+         "Fairness policy between cookies on a core (default: core_vruntime)")
+      ->check(CLI::IsMember({to_string(FairnessPolicy::core_vruntime), to_string(FairnessPolicy::forceidle_balance)}));
+  std::vector<std::string> names;
+  for (const auto& c : configs) names.emplace_back(c.name);
+  sub.add_option("--config", s.only, "Run only these configurations (repeatable; default: all)")
+      ->check(CLI::IsMember(names));
   sub.add_option("--json", s.json_path, "Also write every figure, with units and per-run values, to FILE");
   sub.add_flag("--compare-sysbench", s.compare_sysbench,
                "Also run sysbench (if in PATH) pinned with taskset for Alone and nosmt, and print our/their ratio");
@@ -106,7 +123,7 @@ SpawnOptions spawn_options(const Place& p, const Slot& slot, const std::array<Co
 /// start time and deadline, so time lost waiting for the core counts.
 Run run_fibers(Runtime& rt, const Settings& s, const Place& p, MemoryBuffer& buf, const Config& c) {
   // Fresh cookies per run: A and B are just "two different tags".
-  const std::array<Cookie, 3> cookies{Cookie{}, Cookie::create(), Cookie::create()};
+  static const std::array<Cookie, 3> cookies{Cookie{}, Cookie::create(), Cookie::create()};
   const std::uint64_t idle_before = rt.stats().cores[p.core].forced_idle_ns;
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = after(start, s.time_s);
@@ -159,6 +176,11 @@ void write_json_head(JsonWriter& j, const Settings& s, const Runtime& rt, const 
 }
 
 int run(const Settings& s) {
+  std::string err;
+  if (!s.json_path.empty() && !can_write(s.json_path, err)) {
+    std::fprintf(stderr, "coresched-bench matrix: %s\n", err.c_str());
+    return exit_setup;
+  }
   Options opts;
   opts.topology = s.topology;
   if (s.policy) opts.policy = *s.policy;
@@ -183,7 +205,6 @@ int run(const Settings& s) {
   if (s.compare_kernel) compare_kernel(s, *place, rt.topology(), buf, rows, j);
   j.end_object();
 
-  std::string err;
   if (!s.json_path.empty() && !write_file(s.json_path, j.str(), err)) {
     std::fprintf(stderr, "coresched-bench matrix: %s\n", err.c_str());
     return exit_failure;

@@ -30,6 +30,7 @@ struct Settings {
   std::string json_path;
   bool compare_sysbench = false;
   bool compare_kernel = false;
+  std::vector<std::string> only; ///< configurations to run; empty: all six
 };
 
 /// Where one benchmark runs in a configuration: which sibling of the core, and
@@ -55,6 +56,14 @@ inline const std::array<Config, 6> configs{{
     {"mem tagged", {0, 0}, Slot{1, 1}},
     {"both tagged", {0, 1}, Slot{1, 2}},
 }};
+
+/// Whether the settings ask for this configuration.
+inline bool selected(const Settings& s, const Config& c) {
+  if (s.only.empty()) return true;
+  for (const auto& n : s.only)
+    if (n == c.name) return true;
+  return false;
+}
 
 /// Name of a tag for output.
 inline const char* tag_name(int tag) { return tag == 0 ? "untagged" : tag == 1 ? "A" : "B"; }

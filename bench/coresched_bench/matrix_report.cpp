@@ -55,6 +55,7 @@ std::vector<Row> run_rows(const std::string& label, const Settings& s,
                           const std::function<Run(const Config&)>& one) {
   std::vector<Row> rows;
   for (const auto& c : configs) {
+    if (!selected(s, c)) continue;
     Row row{&c, {}};
     for (unsigned i = 1; i <= s.runs; ++i) {
       progress_begin(label, fmt::format("{} run {}/{} ({} s) ...", c.name, i, s.runs, s.time_s));

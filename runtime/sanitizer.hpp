@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+// Tells AddressSanitizer and ThreadSanitizer about fiber switches. Without it
+// ASan sees the stack pointer jump between stacks and reports false
+// overflows, and TSan mixes up the happens-before of different fibers.
+// Compiles to nothing in normal builds.
+#pragma once
+
+#include "fiber.hpp"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define CORESCHED_ASAN 1
+#endif
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#define CORESCHED_TSAN 1
+#endif
+
+namespace coresched::detail::san {
+
+/// A thread's own stack becomes the context of its idle fiber.
+inline void adopt_thread(Fiber& idle) noexcept {
+#ifdef CORESCHED_TSAN
+  idle.tsan_fiber = __tsan_get_current_fiber();
+#endif
+  (void)idle;
+}
+
+/// A fiber gets the stack it will run on (its own, or one it borrows).
+inline void assign_stack(Fiber& f, const void* bottom, std::size_t size) noexcept {
+  f.san_stack_bottom = bottom;
+  f.san_stack_size = size;
+#ifdef CORESCHED_TSAN
+  if (!f.tsan_fiber) f.tsan_fiber = __tsan_create_fiber(0);
+#endif
+}
+
+/// Called on `from` just before jumping to `to`. `from_ends`: `from` never resumes.
+inline void before_switch(Fiber& from, Fiber& to, bool from_ends) noexcept {
+#ifdef CORESCHED_ASAN
+  __sanitizer_start_switch_fiber(from_ends ? nullptr : &from.asan_fake_stack, to.san_stack_bottom, to.san_stack_size);
+#endif
+#ifdef CORESCHED_TSAN
+  __tsan_switch_to_fiber(to.tsan_fiber, 0);
+#endif
+  (void)from, (void)to, (void)from_ends;
+}
+
+/// Called on `self` right after it was switched to; learns the bounds of the
+/// stack it came from (the thread's own stack the first time).
+inline void after_switch(Fiber& self, Fiber& from) noexcept {
+#ifdef CORESCHED_ASAN
+  const void* bottom = nullptr;
+  std::size_t size = 0;
+  __sanitizer_finish_switch_fiber(self.asan_fake_stack, &bottom, &size);
+  if (!from.san_stack_bottom) {
+    from.san_stack_bottom = bottom;
+    from.san_stack_size = size;
+  }
+#endif
+  (void)self, (void)from;
+}
+
+/// A finished fiber's context is gone.
+inline void retire(Fiber& f) noexcept {
+#ifdef CORESCHED_TSAN
+  if (f.tsan_fiber && f.owns_tsan_fiber) __tsan_destroy_fiber(f.tsan_fiber);
+  f.tsan_fiber = nullptr;
+#endif
+  (void)f;
+}
+
+} // namespace coresched::detail::san

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs the Debian packages coresched needs; does nothing if all are present.
+set -euo pipefail
+packages=(build-essential cmake pkg-config git hwloc libhwloc-dev liburing-dev libboost-context-dev
+          libboost-fiber-dev libspdlog-dev libfmt-dev catch2 libcli11-dev zlib1g-dev python3-matplotlib)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "[deps] installing: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
