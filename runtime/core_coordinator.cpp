@@ -32,11 +32,6 @@ CoreCoordinator::CoreCoordinator(unsigned index, const std::vector<unsigned>& wo
 CoreCoordinator::CookieEntry& CoreCoordinator::entry(std::uint64_t cookie) {
   for (auto& e : cookies_)
     if (e.cookie == cookie) return e;
-  // A cookie new to this core starts at the smallest vruntime of the others, as
-  // CFS places a waking task, so it can neither starve them nor be starved.
-  std::uint64_t floor = kNoCookie;
-  for (auto& e : cookies_)
-    if (e.runnable || e.cookie == owner_) floor = std::min(floor, e.vruntime);
   if (cookies_.size() >= 32) {
     // Forget cookies with nothing queued or running; they restart at the floor.
     std::erase_if(cookies_, [&](const CookieEntry& e) {
@@ -47,7 +42,7 @@ CoreCoordinator::CookieEntry& CoreCoordinator::entry(std::uint64_t cookie) {
     });
   }
   CookieEntry& e = cookies_.emplace_back(CookieEntry{cookie});
-  e.vruntime = floor == kNoCookie ? 0 : floor;
+  e.vruntime = min_vruntime_;
   return e;
 }
 
@@ -56,7 +51,13 @@ void CoreCoordinator::count_queued(std::uint64_t cookie, int delta) {
   queued_.store(queued_.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
   if (single_pu()) return;
   CookieEntry& e = entry(cookie);
-  if (delta > 0 && e.runnable == 0) e.fresh = true;
+  if (delta > 0 && e.runnable == 0 && cookie != owner_) {
+    // A cookie coming (back) to the core is placed at the floor, as CFS places
+    // a waking task: old history neither starves it nor lets it starve others.
+    e.fresh = true;
+    e.vruntime = std::max(e.vruntime, min_vruntime_);
+    e.waited = 0;
+  }
   e.runnable = static_cast<std::size_t>(static_cast<long>(e.runnable) + delta);
 }
 
@@ -120,7 +121,7 @@ bool CoreCoordinator::prefer(const CookieEntry& a, const CookieEntry& b) const n
 
 void CoreCoordinator::checkpoint(std::uint64_t now) {
   if (last_checkpoint_ == 0) last_checkpoint_ = now;
-  const std::uint64_t span = now - last_checkpoint_;
+  const auto span = static_cast<std::int64_t>(now - last_checkpoint_);
   for (auto& e : cookies_) {
     if (e.cookie == owner_) {
       const std::uint64_t owned = now - owner_since_;
@@ -133,6 +134,25 @@ void CoreCoordinator::checkpoint(std::uint64_t now) {
   }
   owner_since_ = now;
   last_checkpoint_ = now;
+  update_min_vruntime();
+}
+
+void CoreCoordinator::update_min_vruntime() {
+  std::uint64_t m = kNoCookie;
+  for (auto& e : cookies_)
+    if (e.runnable || e.cookie == owner_) m = std::min(m, e.vruntime);
+  if (m != kNoCookie) min_vruntime_ = std::max(min_vruntime_, m);
+}
+
+// Call after checkpoint(). Forced-idle balance keeps the owner at 0, so a
+// cookie's `waited` says how far ahead of the owner it is.
+void CoreCoordinator::set_owner(std::uint64_t cookie) {
+  owner_ = cookie;
+  cookie_switches.fetch_add(1, std::memory_order_relaxed);
+  std::int64_t base = 0;
+  for (auto& e : cookies_)
+    if (e.cookie == cookie) base = e.waited;
+  for (auto& e : cookies_) e.waited -= base;
 }
 
 bool CoreCoordinator::choose_cookie(std::uint64_t running, std::uint64_t& out) {
@@ -165,7 +185,7 @@ bool CoreCoordinator::choose_cookie(std::uint64_t running, std::uint64_t& out) {
   if (cur && best != cur) {
     const bool ahead = cfg_.policy == FairnessPolicy::core_vruntime
                            ? best->vruntime + cfg_.granularity_ns < cur->vruntime
-                           : best->waited > cur->waited + cfg_.granularity_ns;
+                           : best->waited > cur->waited + static_cast<std::int64_t>(cfg_.granularity_ns);
     if (!ahead) best = cur;
   }
   out = best->cookie;
@@ -204,8 +224,7 @@ void CoreCoordinator::start(unsigned s, Fiber* f, WakeList& wakes) {
   if (single_pu()) return;
   if (f->cookie != owner_) {
     checkpoint(now_ns());
-    owner_ = f->cookie;
-    cookie_switches.fetch_add(1, std::memory_order_relaxed);
+    set_owner(f->cookie);
     wake_sleepers(wakes, s, true); // the core changed cookie: waiting siblings re-pick
   } else if (entry(f->cookie).runnable > 0) {
     wake_sleepers(wakes, s, true); // more of this cookie queued: let idle siblings help
@@ -267,8 +286,7 @@ Pick CoreCoordinator::pick_locked(unsigned s, WakeList& wakes) {
     // `want` is queued but pinned to a sibling: hand the core to it.
     if (owner_ != want) {
       checkpoint(now_ns());
-      owner_ = want;
-      cookie_switches.fetch_add(1, std::memory_order_relaxed);
+      set_owner(want);
     }
     wake_sleepers(wakes, s, true);
   }
@@ -280,8 +298,10 @@ Pick CoreCoordinator::pick_locked(unsigned s, WakeList& wakes) {
   return p;
 }
 
-bool CoreCoordinator::remove_locked(unsigned s, Fiber* f) {
-  if (!siblings_[s]->queue.remove(f)) return false;
+bool CoreCoordinator::remove_unstarted_locked(unsigned s, Fiber* f) {
+  RunQueue& q = siblings_[s]->queue;
+  if (!q.contains(f) || !f->fresh) return false;
+  q.remove(f);
   count_queued(f->cookie, -1);
   return true;
 }
@@ -301,8 +321,7 @@ bool CoreCoordinator::change_running_cookie_locked(unsigned s, std::uint64_t coo
   siblings_[s]->running.store(cookie, std::memory_order_release);
   if (!single_pu() && cookie != owner_) {
     checkpoint(now_ns());
-    owner_ = cookie;
-    cookie_switches.fetch_add(1, std::memory_order_relaxed);
+    set_owner(cookie);
     wake_sleepers(wakes, s, true);
   }
   return true;

@@ -92,8 +92,9 @@ public:
   void requeue_locked(unsigned s, Fiber* f);
   /// The core-wide pick for sibling `s`, whose fiber (if any) has stopped.
   Pick pick_locked(unsigned s, WakeList& wakes);
-  /// Removes `f` from sibling `s`'s queue if it is still there.
-  bool remove_locked(unsigned s, Fiber* f);
+  /// Removes `f` from sibling `s`'s queue if it is there and has never run
+  /// (then no other worker can touch it, so its fields are safe to read).
+  bool remove_unstarted_locked(unsigned s, Fiber* f);
   /// Takes an unpinned queued fiber for a worker of another core.
   Fiber* steal_locked(std::uint64_t cookie, bool any);
   /// Whether sibling `s` could start a fiber of `cookie` now without breaking isolation.
@@ -127,7 +128,8 @@ private:
     std::uint64_t cookie;
     std::size_t runnable = 0;    // queued on this core
     std::uint64_t vruntime = 0;  // core-wide: wall time this cookie owned the core
-    std::uint64_t waited = 0;    // time it was runnable while another cookie owned the core
+    std::int64_t waited = 0;     // time it was runnable while another cookie owned the core,
+                                 // relative to the current owner (which sits at 0)
     bool fresh = true;           // became runnable since the last checkpoint
   };
   CookieEntry& entry(std::uint64_t cookie);
@@ -150,6 +152,9 @@ private:
   std::uint64_t owner_ = kNoCookie;  // the core's current cookie (sticky while idle)
   std::uint64_t owner_since_ = 0;
   std::uint64_t last_checkpoint_ = 0;
+  std::uint64_t min_vruntime_ = 0; // monotonic floor, as CFS's min_vruntime
+  void set_owner(std::uint64_t cookie);
+  void update_min_vruntime();
   std::atomic<int> forced_{0};
   std::atomic<int> queued_{0};
   std::unordered_map<std::uint64_t, std::uint64_t> owned_ns_; // statistics, per cookie

@@ -26,6 +26,11 @@ public:
     }
     return f;
   }
+  bool contains(const Fiber* f) const noexcept {
+    for (const Fiber* x = head_; x; x = x->next)
+      if (x == f) return true;
+    return false;
+  }
   bool remove(Fiber* f) noexcept {
     Fiber* prev = nullptr;
     for (Fiber* x = head_; x; prev = x, x = x->next) {

@@ -76,6 +76,13 @@ Fiber* RunQueue::steal(std::uint64_t cookie, bool any) noexcept {
   return nullptr;
 }
 
+bool RunQueue::contains(const Fiber* f) const noexcept {
+  const List* l = find(f->cookie);
+  for (const Fiber* x = l ? l->head : nullptr; x; x = x->next)
+    if (x == f) return true;
+  return false;
+}
+
 bool RunQueue::remove(Fiber* f) noexcept {
   List* l = find(f->cookie);
   if (!l) return false;

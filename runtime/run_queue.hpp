@@ -22,6 +22,8 @@ public:
   Fiber* pop_oldest() noexcept;
   /// Oldest unpinned fiber of `cookie` (any cookie if `any`), for another worker.
   Fiber* steal(std::uint64_t cookie, bool any) noexcept;
+  /// Whether `f` is queued here.
+  bool contains(const Fiber* f) const noexcept;
   /// Removes `f` if it is queued here; returns whether it was.
   bool remove(Fiber* f) noexcept;
   /// Whether an unpinned fiber of `cookie` is queued.

@@ -309,15 +309,21 @@ void Worker::park() {
 
 bool Worker::run_inline(Fiber* f) {
   Fiber* parent = current_;
-  if (!f->fresh || f->cookie != parent->cookie || (f->pinned != kNotPinned && f->pinned != int(pu_.index)))
-    return false;
-  bool mine = local_.remove(f);
-  if (!mine) {
+  // Only a child still queued here is certainly not running elsewhere; its
+  // fields may be read only once that is established.
+  bool mine = false;
+  if (local_.contains(f)) {
+    mine = f->fresh && local_.remove(f);
+  } else {
     core_.lock().lock();
-    mine = core_.remove_locked(sibling_, f);
+    mine = core_.remove_unstarted_locked(sibling_, f);
     core_.lock().unlock();
   }
   if (!mine) return false;
+  if (f->cookie != parent->cookie) { // its cookie may not run here now: queue it again
+    enqueue_spawned(f);
+    return false;
+  }
   // The child borrows the parent's stack. If it blocks, the parent (which
   // is waiting for it anyway) is suspended underneath it.
   f->fresh = false;

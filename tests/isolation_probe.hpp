@@ -27,7 +27,6 @@ public:
       const std::uint64_t other = slots_[pu].load();
       if (other != kEmpty && other != mine) violations.fetch_add(1);
     }
-    worker_ = where.worker;
   }
   /// Call before anything that may switch the fiber out.
   void leave() { slots_[coresched::this_fiber::location().worker].store(kEmpty); }
@@ -38,5 +37,4 @@ private:
   static constexpr std::uint64_t kEmpty = ~std::uint64_t{0};
   const coresched::Topology& topo_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> slots_;
-  unsigned worker_ = 0;
 };

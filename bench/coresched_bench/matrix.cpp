@@ -122,8 +122,10 @@ SpawnOptions spawn_options(const Place& p, const Slot& slot, const std::array<Co
 /// Runs one configuration once on the runtime's fibers. Both fibers share one
 /// start time and deadline, so time lost waiting for the core counts.
 Run run_fibers(Runtime& rt, const Settings& s, const Place& p, MemoryBuffer& buf, const Config& c) {
-  // Fresh cookies per run: A and B are just "two different tags".
-  static const std::array<Cookie, 3> cookies{Cookie{}, Cookie::create(), Cookie::create()};
+  // Fresh cookies per run, as the seed tagged fresh processes each run. Reusing
+  // them would hide how the runtime places a new cookie against the long-lived
+  // untagged one.
+  const std::array<Cookie, 3> cookies{Cookie{}, Cookie::create(), Cookie::create()};
   const std::uint64_t idle_before = rt.stats().cores[p.core].forced_idle_ns;
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = after(start, s.time_s);
