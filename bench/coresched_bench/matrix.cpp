@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <memory>
 
 namespace coresched::bench::matrix {
 namespace {
@@ -186,7 +187,16 @@ int run(const Settings& s) {
   Options opts;
   opts.topology = s.topology;
   if (s.policy) opts.policy = *s.policy;
-  Runtime rt(opts); // one runtime for every run, as one long-lived process would be
+  // The main job runs this on whatever machine it lands on: without SMT
+  // siblings there is nothing to measure, so fall back to synthetic siblings
+  // (mapped onto two real CPUs) and say so plainly.
+  if (s.topology.empty() && !s.core && !first_smt_core(Topology::discover(""))) {
+    opts.topology = "package:1 l3cache:1 core:1 pu:2";
+    std::fprintf(stderr, "coresched-bench matrix: this machine's topology has no core with two PUs (no SMT); "
+                         "using SYNTHETIC siblings \"%s\" mapped onto real CPUs.\n", opts.topology.c_str());
+  }
+  auto rt_owner = std::make_unique<Runtime>(opts); // one runtime for every run, as one long-lived process would be
+  Runtime& rt = *rt_owner;
   const auto place = choose_place(s, rt.topology());
   if (!place) return exit_setup;
   const std::uint64_t primes = cpu_event(s.cpu_max_prime);

@@ -1,0 +1,36 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Runs `coresched-bench matrix` briefly on synthetic siblings and checks its
+JSON is complete and sane (used by ctest)."""
+import json
+import subprocess
+import sys
+import tempfile
+
+bench = sys.argv[1]
+with tempfile.NamedTemporaryFile(suffix=".json") as out:
+    subprocess.run([bench, "matrix", "--topology", "package:1 l3cache:1 core:1 pu:2", "--time", "0.6",
+                    "--runs", "2", "--json", out.name], check=True, stdout=subprocess.DEVNULL)
+    d = json.load(open(out.name))
+
+rows = {c["name"]: c for c in d["configs"]}
+expected = ["Alone", "nosmt", "no tag", "cpu tagged", "mem tagged", "both tagged"]
+assert list(rows) == expected, f"configs {list(rows)}"
+assert d["topology"]["real_siblings"] is False
+for name, c in rows.items():
+    cpu = c["cpu_events_per_s"]
+    assert cpu["avg"] > 0 and cpu["stdev"] >= 0 and cpu["unit"] == "events/s", (name, cpu)
+    assert len(c["runs"]) == 2
+    if name != "Alone":
+        mem = c["mem_mib_per_s"]
+        assert mem["avg"] > 0 and mem["stdev"] >= 0, (name, mem)
+alone = rows["Alone"]["cpu_events_per_s"]["avg"]
+both = rows["both tagged"]
+# Different cookies share the core: each fiber gets about half of it.
+ratio_cpu = both["cpu_events_per_s"]["avg"] / alone
+ratio_mem = both["mem_mib_per_s"]["avg"] / rows["no tag"]["mem_mib_per_s"]["avg"]
+assert 0.3 <= ratio_cpu <= 0.7, f"both tagged cpu / Alone = {ratio_cpu:.2f}"
+assert 0.3 <= ratio_mem <= 0.7, f"both tagged mem / no tag mem = {ratio_mem:.2f}"
+assert both["forced_idle_pct"]["avg"] > 30, both["forced_idle_pct"]
+assert rows["no tag"]["forced_idle_pct"]["avg"] < 5
+print(f"matrix JSON ok: both tagged cpu {ratio_cpu:.2f} of Alone, mem {ratio_mem:.2f} of no tag")
