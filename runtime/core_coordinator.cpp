@@ -2,7 +2,7 @@
 #include "core_coordinator.hpp"
 
 #include "clock.hpp"
-#include "futex.hpp"
+#include "io_ring.hpp"
 
 #include <algorithm>
 
@@ -14,8 +14,8 @@ std::atomic<bool> ignore_siblings{false};
 
 void WakeList::notify() noexcept {
   for (std::size_t i = 0; i < n_; ++i) {
-    words_[i]->fetch_add(1, std::memory_order_release);
-    futex_wake(*words_[i], 1);
+    sleepers_[i]->wake_word.fetch_add(1, std::memory_order_release);
+    if (IoRing* r = sleepers_[i]->ring.load(std::memory_order_acquire)) r->wake();
   }
   n_ = 0;
 }
@@ -97,7 +97,7 @@ void CoreCoordinator::enqueue_locked(unsigned s, Fiber* f, WakeList& wakes) {
   Sibling& target = *siblings_[s];
   if (target.sleeping) {
     target.sleeping = false;
-    wakes.add(&target.wake_word);
+    wakes.add(&target);
     return;
   }
   if (f->pinned != kNotPinned) return;
@@ -106,7 +106,7 @@ void CoreCoordinator::enqueue_locked(unsigned s, Fiber* f, WakeList& wakes) {
     Sibling& o = *siblings_[t];
     if (t != s && o.sleeping && compatible_locked(t, f->cookie)) {
       o.sleeping = false;
-      wakes.add(&o.wake_word);
+      wakes.add(&o);
       return;
     }
   }
@@ -213,7 +213,7 @@ void CoreCoordinator::wake_sleepers(WakeList& wakes, unsigned except, bool only_
     if (t == except || !o.sleeping) continue;
     if (only_with_work && !o.forced_idle && o.queue.empty()) continue;
     o.sleeping = false;
-    wakes.add(&o.wake_word);
+    wakes.add(&o);
   }
 }
 

@@ -29,20 +29,24 @@ namespace coresched::detail {
 /// "No fiber running" in Sibling::running.
 inline constexpr std::uint64_t kNoCookie = std::numeric_limits<std::uint64_t>::max();
 
-/// Futex words to notify once the core lock is released.
+struct Sibling;
+
+/// Sleeping siblings to wake once the core lock is released.
 class WakeList {
 public:
-  void add(std::atomic<std::uint32_t>* w) noexcept {
-    if (n_ < words_.size()) words_[n_++] = w;
+  void add(Sibling* s) noexcept {
+    if (n_ < sleepers_.size()) sleepers_[n_++] = s;
   }
-  /// Bumps and notifies every word; call after unlocking.
+  /// Bumps each sibling's wake word and wakes its worker; call after unlocking.
   void notify() noexcept;
   bool empty() const noexcept { return n_ == 0; }
 
 private:
-  std::array<std::atomic<std::uint32_t>*, 8> words_{};
+  std::array<Sibling*, 8> sleepers_{};
   std::size_t n_ = 0;
 };
+
+class IoRing;
 
 /// The per-PU part of a core's state.
 struct Sibling {
@@ -50,7 +54,8 @@ struct Sibling {
   RunQueue queue;       // guarded by the core lock
   std::atomic<std::uint64_t> running{kNoCookie}; // published cookie; written under the lock
   std::atomic<bool> preempt{false};     // asks the running fiber to yield at its next preempt_point
-  std::atomic<std::uint32_t> wake_word{0}; // futex the worker sleeps on
+  std::atomic<std::uint32_t> wake_word{0}; // bumped on every wake-up, re-checked before sleeping
+  std::atomic<IoRing*> ring{nullptr};      // the worker sleeps in its io_uring; wakers write its eventfd
   bool sleeping = false;    // guarded: the worker is (about to be) blocked on wake_word
   bool forced_idle = false; // guarded: idle although the core has runnable fibers
 };

@@ -56,11 +56,26 @@ Scheduler::Scheduler(Options options, Runtime* owner)
     });
     steal_order_.push_back(std::move(order));
   }
-  timer_ = std::make_unique<TimerThread>(
-      std::chrono::nanoseconds(options_.slice) / 4, [](Fiber* f) { wake_fiber(f); }, [this] { return tick(); });
+  ticker_ = std::make_unique<Ticker>(std::chrono::nanoseconds(options_.slice) / 4, [this] { return tick(); });
   if (options_.kernel_cookie) maybe_kernel_cookie();
   log().info("{}", topology_.describe());
+  start_workers();
+}
+
+void Scheduler::start_workers() {
   for (auto& w : workers_) w->start();
+  std::string error;
+  for (auto& w : workers_) {
+    const std::string e = w->wait_ready();
+    if (!e.empty() && error.empty()) error = e;
+  }
+  if (error.empty()) return;
+  // A worker could not start (its io_uring, say): stop the others and report.
+  exiting_.store(true, std::memory_order_release);
+  wake_all_workers();
+  for (auto& w : workers_) w->join();
+  ticker_->stop();
+  throw std::runtime_error(error);
 }
 
 Scheduler::~Scheduler() { shutdown(); }
@@ -209,7 +224,7 @@ void Scheduler::wake_helper(const Worker& from) {
       Sibling& s = w.sibling();
       if (s.sleeping) {
         s.sleeping = false;
-        wakes.add(&s.wake_word);
+        wakes.add(&s);
         woke = true;
       }
       w.core().lock().unlock();
@@ -233,18 +248,6 @@ Fiber* Scheduler::steal_for(Worker& thief, const Pick& p) {
 }
 
 // ---------------------------------------------------------------- time
-
-void Scheduler::sleep_until(TimerThread::Clock::time_point deadline) {
-  Worker* w = Worker::current();
-  if (stopping_.load(std::memory_order_acquire)) {
-    w->yield(); // shutting down: sleeps end at once
-    return;
-  }
-  Fiber* self = w->running();
-  self->state.store(FiberState::parking, std::memory_order_release);
-  timer_->add(deadline, self);
-  w->park();
-}
 
 // The slice tick. A worker whose switch count has not moved for a whole slice
 // (or half of one while a sibling is forced idle, the kernel's rule) is asked
@@ -281,25 +284,29 @@ void Scheduler::shutdown() {
     throw UsageError("coresched: shutdown() called from one of the runtime's own fibers");
   shut_down_ = true;
   stopping_.store(true, std::memory_order_release);
-  timer_->expire_all(); // sleeping fibers wake now
+  wake_all_workers(); // each cancels its in-flight I/O: sleeping fibers wake now
   while (live_.load(std::memory_order_acquire) > 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
   exiting_.store(true, std::memory_order_release);
+  wake_all_workers();
+  for (auto& w : workers_) w->join();
+  ticker_->stop();
+  const char* env = std::getenv("CORESCHED_STATS");
+  if (env && std::string(env) == "1") std::fprintf(stderr, "%s", stats().to_table().c_str());
+}
+
+void Scheduler::wake_all_workers() {
   for (auto& c : cores_) {
     WakeList wakes;
     c->lock().lock();
     for (unsigned s = 0; s < c->size(); ++s) {
       if (c->sibling(s).sleeping) {
         c->sibling(s).sleeping = false;
-        wakes.add(&c->sibling(s).wake_word);
+        wakes.add(&c->sibling(s));
       }
     }
     c->lock().unlock();
     wakes.notify();
   }
-  for (auto& w : workers_) w->join();
-  timer_->stop();
-  const char* env = std::getenv("CORESCHED_STATS");
-  if (env && std::string(env) == "1") std::fprintf(stderr, "%s", stats().to_table().c_str());
 }
 
 Stats Scheduler::stats() {

@@ -8,7 +8,7 @@
 #include "fiber.hpp"
 #include "idle_mask.hpp"
 #include "stack_pool.hpp"
-#include "timer_thread.hpp"
+#include "ticker.hpp"
 #include "worker.hpp"
 
 #include <coresched/options.hpp>
@@ -42,8 +42,7 @@ public:
   void enqueue_on(unsigned w, Fiber* f);
   /// Takes a fiber from another core for `thief`, nearest first.
   Fiber* steal_for(Worker& thief, const Pick& p);
-  /// Suspends the running fiber until `deadline`.
-  void sleep_until(TimerThread::Clock::time_point deadline);
+  bool stopping() const noexcept { return stopping_.load(std::memory_order_acquire); }
   /// A fiber finished and released its stack.
   void fiber_retired() noexcept;
   /// Called by a worker whose own queue has a backlog: wake a sleeping one.
@@ -58,12 +57,14 @@ public:
   /// The slice tick; returns whether any worker is busy.
   bool tick();
   /// A worker became busy: make sure the tick runs.
-  void note_busy() { if (!timer_->ticking()) timer_->poke(); }
+  void note_busy() { if (!ticker_->ticking()) ticker_->poke(); }
 
   /// Chooses a worker for a woken fiber (mask or scan); exposed for tests and benchmarks.
   unsigned choose_worker(const Fiber& f, unsigned prev) const;
 
   void shutdown();
+  /// Wakes every sleeping worker (shutdown, start-up failure).
+  void wake_all_workers();
   bool exiting() const noexcept { return exiting_.load(std::memory_order_acquire); }
   Stats stats();
 
@@ -86,7 +87,7 @@ private:
   std::vector<std::vector<unsigned>> llc_workers_;     // workers of each LLC, in mask-bit order
   std::vector<unsigned> mask_bit_;                     // worker -> bit in its LLC's mask
   std::vector<std::vector<unsigned>> steal_order_;     // per worker: other cores, nearest first
-  std::unique_ptr<TimerThread> timer_;
+  std::unique_ptr<Ticker> ticker_;
   std::atomic<std::int64_t> live_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> exiting_{false};

@@ -45,6 +45,11 @@ void Worker::start() {
   thread_ = std::thread([this] { thread_main(); });
 }
 
+std::string Worker::wait_ready() {
+  while (ready_.load(std::memory_order_acquire) == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  return ready_.load(std::memory_order_acquire) > 0 ? std::string() : init_error_;
+}
+
 void Worker::join() {
   if (thread_.joinable()) thread_.join();
 }
@@ -74,7 +79,17 @@ void Worker::thread_main() {
   current_ = &idle_ctx_;
   san::adopt_thread(idle_ctx_);
   bind_to_cpu();
-  log().debug("worker {} started on CPU {} (core {}, sibling {})", pu_.index, pu_.cpu, pu_.core, sibling_);
+  try {
+    ring_.init(256); // in this thread: a DEFER_TASKRUN ring is waited on by its creator only
+  } catch (const std::exception& e) {
+    init_error_ = e.what();
+    ready_.store(-1, std::memory_order_release);
+    return;
+  }
+  sibling().ring.store(&ring_, std::memory_order_release);
+  log().debug("worker {} started on CPU {} (core {}, sibling {}), io_uring flags {}", pu_.index, pu_.cpu, pu_.core,
+              sibling_, ring_.flags_text());
+  ready_.store(1, std::memory_order_release);
   idle_loop();
   close_segment(now_ns());
   tls_worker = nullptr;
@@ -213,7 +228,20 @@ void Worker::finish(Fiber* f) {
 }
 
 bool Worker::local_ok() const noexcept {
-  return core_.single_pu() && core_.queued_hint() == 0 && !sched_.idle_hint();
+  return core_.single_pu() && core_.queued_hint() == 0 && !sched_.idle_hint() && ring_.inflight() == 0;
+}
+
+// Reaps I/O completions and wakes their fibers. Called at every scheduling
+// point while operations are in flight, and by the idle loop.
+void Worker::poll_io() {
+  if (ring_.inflight() == 0) return;
+  if (sched_.stopping() && !stop_cancelled_) {
+    ring_.cancel_all(); // shutdown: sleeping and blocked fibers return operation_canceled
+    stop_cancelled_ = true;
+  }
+  ring_.reap(io_done_);
+  for (Fiber* f : io_done_) wake_fiber(f);
+  io_done_.clear();
 }
 
 void Worker::spill_local_locked() {
@@ -237,6 +265,7 @@ void Worker::enqueue_spawned(Fiber* f) {
 }
 
 Pick Worker::pick() {
+  poll_io();
   if (!local_.empty() && local_ok()) {
     Pick p;
     p.kind = Pick::Kind::run;
@@ -284,6 +313,7 @@ void Worker::yield() {
     Worker::current()->after_resume(t.fctx);
     return;
   }
+  poll_io();
   self->context_saved.store(false, std::memory_order_relaxed);
   self->state.store(FiberState::runnable, std::memory_order_relaxed);
   WakeList wakes;
@@ -395,6 +425,7 @@ Fiber* Worker::find_work() {
       if (spinning) sched_.stop_spinning();
       return nullptr;
     }
+    poll_io();
     if (Fiber* f = sched_.steal_for(*this, p)) {
       steals_.fetch_add(1, std::memory_order_relaxed);
       core_.lock().lock();
@@ -439,8 +470,18 @@ bool Worker::sleep_once() {
   if (sched_.exiting()) return true;
   close_segment(now_ns());
   sleeps_.fetch_add(1, std::memory_order_relaxed);
-  while (sibling().wake_word.load(std::memory_order_acquire) == epoch && !sched_.exiting())
-    futex_wait(sibling().wake_word, epoch);
+  // Sleep in the io_uring: an I/O completion or a waker's eventfd write ends it.
+  while (sibling().wake_word.load(std::memory_order_acquire) == epoch && !sched_.exiting()) {
+    ring_.wait(io_done_);
+    if (!io_done_.empty()) break;
+  }
+  if (!io_done_.empty()) {
+    core_.lock().lock();
+    sibling().sleeping = false; // awake for our own completions: wakers need not write the eventfd
+    core_.lock().unlock();
+    for (Fiber* f : io_done_) wake_fiber(f);
+    io_done_.clear();
+  }
   return true;
 }
 

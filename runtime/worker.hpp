@@ -7,6 +7,7 @@
 
 #include "core_coordinator.hpp"
 #include "fiber.hpp"
+#include "io_ring.hpp"
 #include "local_queue.hpp"
 #include "stack_pool.hpp"
 
@@ -16,6 +17,8 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <string>
+#include <vector>
 #include <thread>
 #include <unordered_map>
 
@@ -35,7 +38,10 @@ public:
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
+  /// Starts the thread; wait_ready() then says whether its io_uring came up.
   void start();
+  /// Blocks until the worker is running; returns an error text if it failed to start.
+  std::string wait_ready();
   void join();
 
   /// The worker running the calling thread, or null. Never inlined: a fiber
@@ -43,6 +49,8 @@ public:
   /// address across a switch.
   static Worker* current() noexcept;
   Scheduler& scheduler() noexcept { return sched_; }
+  /// This worker's io_uring (use only on this worker's thread).
+  IoRing& ring() noexcept { return ring_; }
 
   /// The fiber running now (a task fiber, or the idle context).
   Fiber* running() const noexcept { return current_; }
@@ -100,6 +108,7 @@ private:
   void enter_forced_idle(const Pick& p);
   void leave_forced_idle();
   void set_idle(bool on);
+  void poll_io();
 
   Scheduler& sched_;
   const PuInfo& pu_;
@@ -107,6 +116,11 @@ private:
   unsigned sibling_;
   StackPool stacks_;
   std::thread thread_;
+  IoRing ring_;
+  std::vector<Fiber*> io_done_; // scratch: fibers whose I/O completed
+  bool stop_cancelled_ = false; // in-flight I/O was cancelled for shutdown
+  std::atomic<int> ready_{0};   // 1 running, -1 failed (init_error_ says why)
+  std::string init_error_;
 
   // Single-PU cores only: fibers this worker queued for itself while no other
   // worker was idle. Owner-only, so yield and spawn+join take no lock; spilled

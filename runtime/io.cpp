@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: Apache-2.0
+// coresched::io over the calling worker's IoRing: prepare an SQE, park the
+// fiber, and let the worker's completion reaping wake it.
+#include "io_ring.hpp"
+#include "spin_lock.hpp"
+#include "worker.hpp"
+
+#include <coresched/io.hpp>
+#include <coresched/join_handle.hpp>
+
+#include <cerrno>
+#include <immintrin.h>
+#include <poll.h>
+
+namespace coresched::io {
+
+// The runtime's view of a Cancellation.
+struct CancellationAccess {
+  static void lock(const Cancellation& c) noexcept {
+    while (c.busy_.exchange(true, std::memory_order_acquire)) _mm_pause();
+  }
+  static void unlock(const Cancellation& c) noexcept { c.busy_.store(false, std::memory_order_release); }
+  // Registers an operation; false if already cancelled.
+  static bool attach(Cancellation& c, detail::IoRing* ring, detail::IoOp* op) noexcept {
+    lock(c);
+    const bool ok = !c.cancelled_;
+    if (ok) {
+      c.ring_ = ring;
+      c.op_ = op;
+      c.seq_ = op->seq;
+    }
+    unlock(c);
+    return ok;
+  }
+  static void detach(Cancellation& c) noexcept {
+    lock(c);
+    c.ring_ = c.op_ = nullptr;
+    unlock(c);
+  }
+  static bool cancel(Cancellation& c) noexcept {
+    lock(c);
+    c.cancelled_ = true;
+    if (c.ring_) static_cast<detail::IoRing*>(c.ring_)->request_cancel(static_cast<detail::IoOp*>(c.op_), c.seq_);
+    unlock(c);
+    return true;
+  }
+  static bool cancelled(const Cancellation& c) noexcept {
+    lock(c);
+    const bool v = c.cancelled_;
+    unlock(c);
+    return v;
+  }
+};
+
+void Cancellation::cancel() noexcept { CancellationAccess::cancel(*this); }
+bool Cancellation::cancelled() const noexcept { return CancellationAccess::cancelled(*this); }
+
+namespace {
+
+detail::Worker& require_fiber(const char* what) {
+  detail::Worker* w = detail::Worker::current();
+  if (!w || !w->in_task())
+    throw UsageError(std::string("coresched::io::") + what + "() called outside a fiber");
+  return *w;
+}
+
+__kernel_timespec to_timespec(std::chrono::nanoseconds d) {
+  if (d.count() < 0) d = std::chrono::nanoseconds(0);
+  return {static_cast<long long>(d.count() / 1'000'000'000), static_cast<long long>(d.count() % 1'000'000'000)};
+}
+
+Result to_result(const detail::IoOp& op) {
+  if (op.result >= 0) return {op.result, {}};
+  if (op.timed_out) return {0, std::make_error_code(std::errc::timed_out)};
+  if (op.result == -ECANCELED) return {0, std::make_error_code(std::errc::operation_canceled)};
+  return {0, std::error_code(-op.result, std::system_category())};
+}
+
+// Runs one operation: `prep` fills the SQE; the fiber parks until it completes.
+template <class Prep> Result run(const char* what, const OpOptions& o, Prep prep) {
+  detail::Worker& w = require_fiber(what);
+  detail::IoRing& ring = w.ring();
+  detail::IoOp op;
+  op.fiber = w.running();
+  io_uring_sqe* sqe = ring.prepare(&op);
+  prep(sqe);
+  __kernel_timespec ts{};
+  if (o.timeout) {
+    ts = to_timespec(*o.timeout);
+    ring.link_timeout(sqe, &op, &ts);
+  }
+  if (o.cancel && !CancellationAccess::attach(*o.cancel, &ring, &op)) {
+    // Cancelled before it started: cancel it at once, through the ring (the SQE is queued already).
+    ring.request_cancel(&op, op.seq);
+  }
+  op.fiber->state.store(detail::FiberState::parking, std::memory_order_release);
+  ring.submit();
+  w.park(); // `w` may be another worker when we resume; only `op` is used below
+  if (o.cancel) CancellationAccess::detach(*o.cancel);
+  return to_result(op);
+}
+
+} // namespace
+
+Result read(int fd, std::span<std::byte> buf, std::int64_t offset, OpOptions o) {
+  return run("read", o, [&](io_uring_sqe* s) {
+    io_uring_prep_read(s, fd, buf.data(), static_cast<unsigned>(buf.size()), static_cast<__u64>(offset));
+  });
+}
+
+Result write(int fd, std::span<const std::byte> buf, std::int64_t offset, OpOptions o) {
+  return run("write", o, [&](io_uring_sqe* s) {
+    io_uring_prep_write(s, fd, buf.data(), static_cast<unsigned>(buf.size()), static_cast<__u64>(offset));
+  });
+}
+
+Result readv(int fd, std::span<const iovec> iov, std::int64_t offset, OpOptions o) {
+  return run("readv", o, [&](io_uring_sqe* s) {
+    io_uring_prep_readv(s, fd, iov.data(), static_cast<unsigned>(iov.size()), static_cast<__u64>(offset));
+  });
+}
+
+Result writev(int fd, std::span<const iovec> iov, std::int64_t offset, OpOptions o) {
+  return run("writev", o, [&](io_uring_sqe* s) {
+    io_uring_prep_writev(s, fd, iov.data(), static_cast<unsigned>(iov.size()), static_cast<__u64>(offset));
+  });
+}
+
+Result recv(int fd, std::span<std::byte> buf, int flags, OpOptions o) {
+  return run("recv", o, [&](io_uring_sqe* s) { io_uring_prep_recv(s, fd, buf.data(), buf.size(), flags); });
+}
+
+Result send(int fd, std::span<const std::byte> buf, int flags, OpOptions o) {
+  return run("send", o,
+             [&](io_uring_sqe* s) { io_uring_prep_send(s, fd, buf.data(), buf.size(), flags | MSG_NOSIGNAL); });
+}
+
+Result accept(int fd, sockaddr* addr, socklen_t* addrlen, OpOptions o) {
+  return run("accept", o, [&](io_uring_sqe* s) { io_uring_prep_accept(s, fd, addr, addrlen, SOCK_CLOEXEC); });
+}
+
+Result connect(int fd, const sockaddr* addr, socklen_t addrlen, OpOptions o) {
+  return run("connect", o, [&](io_uring_sqe* s) { io_uring_prep_connect(s, fd, addr, addrlen); });
+}
+
+Result poll(int fd, unsigned events, OpOptions o) {
+  return run("poll", o, [&](io_uring_sqe* s) { io_uring_prep_poll_add(s, fd, events); });
+}
+
+Result fsync(int fd, OpOptions o) {
+  return run("fsync", o, [&](io_uring_sqe* s) { io_uring_prep_fsync(s, fd, 0); });
+}
+
+Result openat(int dirfd, const char* path, int flags, mode_t mode, OpOptions o) {
+  return run("openat", o, [&](io_uring_sqe* s) { io_uring_prep_openat(s, dirfd, path, flags | O_CLOEXEC, mode); });
+}
+
+Result close(int fd) {
+  return run("close", {}, [&](io_uring_sqe* s) { io_uring_prep_close(s, fd); });
+}
+
+Result sleep_until(std::chrono::steady_clock::time_point deadline, Cancellation* cancel) {
+  // steady_clock is CLOCK_MONOTONIC, the clock of an absolute io_uring timeout,
+  // so the fiber never wakes before `deadline`.
+  const auto ts = to_timespec(deadline.time_since_epoch());
+  OpOptions o;
+  o.cancel = cancel;
+  Result r = run("sleep_until", o, [&](io_uring_sqe* s) {
+    io_uring_prep_timeout(s, const_cast<__kernel_timespec*>(&ts), 0, IORING_TIMEOUT_ABS);
+  });
+  if (r.error.value() == ETIME && r.error.category() == std::system_category()) r.error.clear(); // the timer fired, as asked
+  return r;
+}
+
+} // namespace coresched::io

@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "io_ring.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+namespace coresched::detail {
+
+namespace {
+// user_data tags in the low bits (IoOp is at least 4-byte aligned).
+constexpr std::uint64_t kTagOp = 0, kTagWakeup = 1, kTagTimeout = 2, kTagIgnore = 3, kTagMask = 3;
+
+std::uint64_t tagged(const void* p, std::uint64_t tag) { return reinterpret_cast<std::uint64_t>(p) | tag; }
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// Opcodes the fiber I/O API relies on.
+struct Required {
+  int op;
+  const char* name;
+};
+constexpr Required kRequired[] = {
+    {IORING_OP_READ, "READ"},       {IORING_OP_WRITE, "WRITE"},     {IORING_OP_READV, "READV"},
+    {IORING_OP_WRITEV, "WRITEV"},   {IORING_OP_RECV, "RECV"},       {IORING_OP_SEND, "SEND"},
+    {IORING_OP_ACCEPT, "ACCEPT"},   {IORING_OP_CONNECT, "CONNECT"}, {IORING_OP_POLL_ADD, "POLL_ADD"},
+    {IORING_OP_FSYNC, "FSYNC"},     {IORING_OP_OPENAT, "OPENAT"},   {IORING_OP_CLOSE, "CLOSE"},
+    {IORING_OP_TIMEOUT, "TIMEOUT"}, {IORING_OP_LINK_TIMEOUT, "LINK_TIMEOUT"},
+    {IORING_OP_ASYNC_CANCEL, "ASYNC_CANCEL"},
+};
+} // namespace
+
+IoRing::~IoRing() {
+  if (ready_) io_uring_queue_exit(&ring_);
+  if (event_fd_ >= 0) ::close(event_fd_);
+}
+
+void IoRing::init(unsigned entries) {
+  // Prefer the cheapest mode and fall back flag by flag where the kernel says EINVAL.
+  const unsigned wanted[] = {IORING_SETUP_SINGLE_ISSUER, IORING_SETUP_DEFER_TASKRUN, IORING_SETUP_COOP_TASKRUN};
+  unsigned flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN;
+  int rc = io_uring_queue_init(entries, &ring_, flags);
+  for (int i = 2; rc == -EINVAL && i >= 0; --i) {
+    flags &= ~wanted[i];
+    if (wanted[i] == IORING_SETUP_SINGLE_ISSUER) flags &= ~IORING_SETUP_DEFER_TASKRUN; // DEFER needs SINGLE_ISSUER
+    rc = io_uring_queue_init(entries, &ring_, flags);
+  }
+  if (rc < 0) throw std::runtime_error("coresched: io_uring_queue_init failed: " + errno_text(-rc));
+  ready_ = true;
+  setup_flags_ = flags;
+  io_uring_probe* probe = io_uring_get_probe_ring(&ring_);
+  if (!probe) throw std::runtime_error("coresched: cannot probe io_uring opcodes");
+  std::string missing;
+  for (const auto& r : kRequired)
+    if (!io_uring_opcode_supported(probe, r.op)) missing += std::string(missing.empty() ? "" : ", ") + r.name;
+  io_uring_free_probe(probe);
+  if (!missing.empty()) throw std::runtime_error("coresched: the kernel's io_uring lacks opcode(s) " + missing);
+  event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (event_fd_ < 0) throw std::runtime_error("coresched: eventfd failed: " + errno_text(errno));
+  arm_wakeup();
+  submit();
+}
+
+std::string IoRing::flags_text() const {
+  std::string s;
+  if (setup_flags_ & IORING_SETUP_SINGLE_ISSUER) s += "SINGLE_ISSUER ";
+  if (setup_flags_ & IORING_SETUP_DEFER_TASKRUN) s += "DEFER_TASKRUN ";
+  if (setup_flags_ & IORING_SETUP_COOP_TASKRUN) s += "COOP_TASKRUN ";
+  return s.empty() ? "none" : s;
+}
+
+io_uring_sqe* IoRing::prepare(IoOp* op) {
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  if (!sqe) {
+    submit();
+    sqe = io_uring_get_sqe(&ring_);
+  }
+  io_uring_sqe_set_data64(sqe, tagged(op, kTagOp));
+  op->seq = next_seq_++;
+  inflight_ops_.insert(op);
+  ++queued_;
+  ++inflight_;
+  return sqe;
+}
+
+void IoRing::link_timeout(io_uring_sqe* sqe, IoOp* op, __kernel_timespec* ts) {
+  sqe->flags |= IOSQE_IO_LINK;
+  io_uring_sqe* t = io_uring_get_sqe(&ring_);
+  if (!t) { // never split a link across submissions
+    submit();
+    t = io_uring_get_sqe(&ring_);
+  }
+  io_uring_prep_link_timeout(t, ts, 0);
+  io_uring_sqe_set_data64(t, tagged(op, kTagTimeout));
+  ++queued_;
+  op->pending = 2;
+}
+
+void IoRing::arm_wakeup() {
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  if (!sqe) {
+    submit();
+    sqe = io_uring_get_sqe(&ring_);
+  }
+  io_uring_prep_read(sqe, event_fd_, &event_value_, sizeof(event_value_), 0);
+  io_uring_sqe_set_data64(sqe, tagged(this, kTagWakeup));
+  ++queued_;
+}
+
+void IoRing::submit() {
+  if (queued_ == 0) return;
+  const int rc = io_uring_submit(&ring_);
+  if (rc >= 0) queued_ = 0;
+}
+
+void IoRing::request_cancel(IoOp* op, std::uint64_t seq) {
+  {
+    std::lock_guard lk(cancel_mu_);
+    cancels_.emplace_back(op, seq);
+    cancels_pending_.store(true, std::memory_order_release);
+  }
+  wake();
+}
+
+void IoRing::drain_cancels() {
+  if (!cancels_pending_.load(std::memory_order_acquire)) return;
+  std::vector<std::pair<IoOp*, std::uint64_t>> ops;
+  {
+    std::lock_guard lk(cancel_mu_);
+    ops.swap(cancels_);
+    cancels_pending_.store(false, std::memory_order_relaxed);
+  }
+  for (auto [op, seq] : ops) {
+    if (!inflight_ops_.count(op) || op->seq != seq) continue; // already finished
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (!sqe) {
+      submit();
+      sqe = io_uring_get_sqe(&ring_);
+    }
+    io_uring_prep_cancel64(sqe, tagged(op, kTagOp), 0);
+    io_uring_sqe_set_data64(sqe, tagged(nullptr, kTagIgnore));
+    ++queued_;
+  }
+}
+
+void IoRing::cancel_all() {
+  if (inflight_ == 0) return;
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  if (!sqe) {
+    submit();
+    sqe = io_uring_get_sqe(&ring_);
+  }
+  io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+  io_uring_sqe_set_data64(sqe, tagged(nullptr, kTagIgnore));
+  ++queued_;
+  submit();
+}
+
+void IoRing::complete(io_uring_cqe* cqe, std::vector<Fiber*>& done) {
+  const std::uint64_t data = io_uring_cqe_get_data64(cqe);
+  const std::uint64_t tag = data & kTagMask;
+  if (tag == kTagWakeup) {
+    arm_wakeup(); // a wake-up was consumed: re-arm for the next one
+    return;
+  }
+  if (tag == kTagIgnore) return;
+  auto* op = reinterpret_cast<IoOp*>(data & ~kTagMask);
+  if (tag == kTagTimeout) {
+    if (cqe->res == -ETIME) op->timed_out = true;
+  } else {
+    op->result = cqe->res;
+  }
+  // Wake the fiber only when every CQE that names its op has arrived: the op
+  // lives on the fiber's stack.
+  if (--op->pending == 0) {
+    --inflight_;
+    inflight_ops_.erase(op);
+    done.push_back(op->fiber);
+  }
+}
+
+void IoRing::reap(std::vector<Fiber*>& done) {
+  drain_cancels();
+  // With DEFER_TASKRUN completions are posted only when we ask the kernel.
+  if ((setup_flags_ & IORING_SETUP_DEFER_TASKRUN) && (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN))
+    io_uring_get_events(&ring_);
+  submit();
+  io_uring_cqe* cqe;
+  unsigned head, n = 0;
+  io_uring_for_each_cqe(&ring_, head, cqe) {
+    complete(cqe, done);
+    ++n;
+  }
+  io_uring_cq_advance(&ring_, n);
+  submit(); // re-armed wake-ups
+}
+
+void IoRing::wait(std::vector<Fiber*>& done) {
+  drain_cancels();
+  io_uring_cqe* cqe = nullptr;
+  const int rc = io_uring_submit_and_wait(&ring_, 1);
+  if (rc >= 0) queued_ = 0;
+  (void)cqe;
+  reap(done);
+}
+
+void IoRing::wake() const noexcept {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(event_fd_, &one, sizeof(one));
+}
+
+} // namespace coresched::detail

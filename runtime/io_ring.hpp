@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+// A worker's io_uring (liburing): fiber I/O, fiber timers, and the worker's
+// sleep. The ring is created in its worker thread (a DEFER_TASKRUN ring can
+// only be waited on by its creator) with SINGLE_ISSUER | DEFER_TASKRUN |
+// COOP_TASKRUN where the kernel takes them, dropping flags one by one on
+// EINVAL. An eventfd read is always armed, so any thread can wake the worker
+// out of io_uring_wait_cqe by writing the eventfd.
+#pragma once
+
+#include <liburing.h>
+
+#include <cstdint>
+#include <atomic>
+#include <mutex>
+#include <unordered_set>
+#include <string>
+#include <vector>
+
+namespace coresched::detail {
+
+struct Fiber;
+
+/// One in-flight operation. Lives on the waiting fiber's stack.
+struct IoOp {
+  Fiber* fiber = nullptr;
+  std::int32_t result = 0;
+  int pending = 1;        // CQEs still to come (2 with a linked timeout)
+  bool timed_out = false;
+  std::uint64_t seq = 0;  // unique per ring, so a late cancel cannot hit a reused stack slot
+};
+
+class IoRing {
+public:
+  IoRing() = default;
+  ~IoRing();
+  IoRing(const IoRing&) = delete;
+  IoRing& operator=(const IoRing&) = delete;
+
+  /// Creates the ring on the calling thread. Throws std::runtime_error naming
+  /// what the kernel refused or which opcode is missing.
+  void init(unsigned entries);
+  /// The setup flags the kernel accepted, as text (for the log).
+  std::string flags_text() const;
+
+  /// An SQE for `op` (submitting queued ones if the SQ is full).
+  io_uring_sqe* prepare(IoOp* op);
+  /// Links a timeout to the SQE prepared just before.
+  void link_timeout(io_uring_sqe* sqe, IoOp* op, __kernel_timespec* ts);
+  /// Asks the kernel to cancel `op` if operation `seq` is still in flight
+  /// (any thread: queued, then done by the owner).
+  void request_cancel(IoOp* op, std::uint64_t seq);
+  /// Cancels every in-flight operation (shutdown).
+  void cancel_all();
+  /// Submits queued SQEs.
+  void submit();
+  /// Processes completions without blocking; appends fibers whose ops finished.
+  void reap(std::vector<Fiber*>& done);
+  /// Blocks until a completion or a wake-up; then reaps like reap().
+  void wait(std::vector<Fiber*>& done);
+  /// Any thread: makes wait() return.
+  void wake() const noexcept;
+  /// Operations in flight (owner thread only).
+  unsigned inflight() const noexcept { return inflight_; }
+
+private:
+  void arm_wakeup();
+  void complete(io_uring_cqe* cqe, std::vector<Fiber*>& done);
+  void drain_cancels();
+
+  io_uring ring_{};
+  bool ready_ = false;
+  unsigned setup_flags_ = 0;
+  int event_fd_ = -1;
+  std::uint64_t event_value_ = 0;
+  unsigned inflight_ = 0;
+  unsigned queued_ = 0; // SQEs prepared but not submitted
+  std::uint64_t next_seq_ = 1;
+  std::unordered_set<IoOp*> inflight_ops_; // owner thread only
+  std::mutex cancel_mu_;
+  std::vector<std::pair<IoOp*, std::uint64_t>> cancels_; // guarded by cancel_mu_
+  std::atomic<bool> cancels_pending_{false};
+};
+
+} // namespace coresched::detail

@@ -1,0 +1,249 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fiber I/O on the workers' io_uring: sockets, files, timers, errors,
+// timeouts, cancellation and shutdown.
+#include <coresched/coresched.hpp>
+#include <coresched/io.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+using namespace coresched;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+Options topo(const char* spec) {
+  Options o;
+  o.topology = spec;
+  return o;
+}
+
+// A listening loopback socket on an ephemeral port.
+int listen_loopback(sockaddr_in& addr) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t len = sizeof(addr);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  REQUIRE(::listen(fd, 4096) == 0);
+  return fd;
+}
+
+int tcp_socket() { return ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); }
+
+std::span<std::byte> bytes(std::vector<unsigned char>& v) { return std::as_writable_bytes(std::span(v)); }
+
+void raise_fd_limit(rlim_t want) {
+  rlimit r{};
+  ::getrlimit(RLIMIT_NOFILE, &r);
+  if (r.rlim_cur < want) {
+    r.rlim_cur = std::min(want, r.rlim_max);
+    ::setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
+// Sends all of buf; returns false on error.
+bool send_all(int fd, std::span<const std::byte> buf) {
+  while (!buf.empty()) {
+    auto r = io::send(fd, buf);
+    if (!r || r.value == 0) return false;
+    buf = buf.subspan(static_cast<std::size_t>(r.value));
+  }
+  return true;
+}
+} // namespace
+
+TEST_CASE("loopback echo: 1,000 concurrent connections, every byte checked", "[io]") {
+  raise_fd_limit(4096);
+  rlimit r{};
+  ::getrlimit(RLIMIT_NOFILE, &r);
+  const int clients = r.rlim_cur >= 2200 ? 1000 : static_cast<int>(r.rlim_cur / 2 - 50);
+  Runtime rt(topo("core:2 pu:1"));
+  sockaddr_in addr{};
+  const int lfd = listen_loopback(addr);
+  std::atomic<int> served{0};
+  auto server = rt.spawn([&] {
+    std::vector<JoinHandle<void>> conns;
+    for (int i = 0; i < clients; ++i) {
+      auto a = io::accept(lfd);
+      REQUIRE(a.ok());
+      const int cfd = static_cast<int>(a.value);
+      conns.push_back(coresched::spawn([cfd, &served] {
+        std::vector<unsigned char> buf(1024);
+        for (;;) {
+          auto n = io::recv(cfd, bytes(buf));
+          if (!n || n.value == 0) break;
+          if (!send_all(cfd, std::as_bytes(std::span(buf).first(static_cast<std::size_t>(n.value))))) break;
+        }
+        io::close(cfd);
+        served.fetch_add(1);
+      }));
+    }
+    for (auto& c : conns) c.join();
+  });
+  std::atomic<int> ok{0};
+  std::vector<JoinHandle<void>> cs;
+  for (int i = 0; i < clients; ++i) {
+    cs.push_back(rt.spawn([&, i] {
+      const int fd = tcp_socket();
+      if (!io::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr))) return;
+      std::vector<unsigned char> out(3000), in(3000);
+      for (std::size_t k = 0; k < out.size(); ++k) out[k] = static_cast<unsigned char>((k * 31 + i) & 0xff);
+      if (!send_all(fd, std::as_bytes(std::span(out)))) return;
+      std::size_t got = 0;
+      while (got < in.size()) {
+        auto n = io::recv(fd, bytes(in).subspan(got));
+        if (!n || n.value == 0) break;
+        got += static_cast<std::size_t>(n.value);
+      }
+      io::close(fd);
+      if (got == in.size() && in == out) ok.fetch_add(1);
+    }));
+  }
+  for (auto& c : cs) c.join();
+  server.join();
+  ::close(lfd);
+  CHECK(ok.load() == clients);
+  CHECK(served.load() == clients);
+  CHECK(clients >= 1000);
+}
+
+TEST_CASE("file round trip through openat, writev, fsync, read, close", "[io]") {
+  Runtime rt(topo("core:2 pu:1"));
+  const std::string path = "/tmp/coresched-io-test-" + std::to_string(::getpid());
+  auto h = rt.spawn([&] {
+    auto fd = io::openat(AT_FDCWD, path.c_str(), O_CREAT | O_TRUNC | O_RDWR, 0600);
+    REQUIRE(fd.ok());
+    const int f = static_cast<int>(fd.value);
+    char a[] = "hello, ", b[] = "io_uring";
+    iovec iov[2] = {{a, 7}, {b, 8}};
+    auto w = io::writev(f, iov, 0);
+    CHECK(w.value == 15);
+    CHECK(io::fsync(f).ok());
+    std::vector<unsigned char> back(15);
+    auto r = io::read(f, bytes(back), 0);
+    CHECK(r.value == 15);
+    CHECK(io::close(f).ok());
+    return std::string(back.begin(), back.end());
+  });
+  CHECK(h.join() == "hello, io_uring");
+  ::unlink(path.c_str());
+}
+
+TEST_CASE("timers never wake early", "[io]") {
+  Runtime rt(topo("core:2 pu:1"));
+  auto h = rt.spawn([] {
+    std::vector<std::chrono::nanoseconds> late;
+    for (auto d : {1ms, 3ms, 10ms, 25ms}) {
+      const auto t0 = Clock::now();
+      this_fiber::sleep_for(d);
+      late.push_back(Clock::now() - t0 - d);
+      const auto deadline = Clock::now() + d;
+      CHECK(io::sleep_until(deadline).ok());
+      late.push_back(Clock::now() - deadline);
+    }
+    return late;
+  });
+  for (auto l : h.join()) CHECK(l.count() >= 0);
+}
+
+TEST_CASE("errors come back as values: bad fd, closed peer, refused connect", "[io]") {
+  Runtime rt(topo("core:2 pu:1"));
+  auto h = rt.spawn([] {
+    std::vector<unsigned char> buf(16);
+    auto bad = io::read(987654, bytes(buf));
+    CHECK(bad.error == std::errc::bad_file_descriptor);
+    CHECK(io::close(987654).error == std::errc::bad_file_descriptor);
+    // A closed peer: recv sees end of stream, send sees EPIPE or ECONNRESET (no SIGPIPE).
+    int sv[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    ::close(sv[1]);
+    auto r = io::recv(sv[0], bytes(buf));
+    CHECK(r.ok());
+    CHECK(r.value == 0);
+    auto s = io::send(sv[0], std::as_bytes(std::span(buf)));
+    CHECK((s.error == std::errc::broken_pipe || s.error == std::errc::connection_reset));
+    ::close(sv[0]);
+    // Nobody listens on this port.
+    sockaddr_in addr{};
+    const int l = listen_loopback(addr);
+    ::close(l);
+    const int fd = tcp_socket();
+    auto c = io::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    CHECK(c.error == std::errc::connection_refused);
+    ::close(fd);
+  });
+  h.join();
+}
+
+TEST_CASE("a per-operation timeout and cancellation", "[io]") {
+  Runtime rt(topo("core:2 pu:2"));
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  auto timed = rt.spawn([&] {
+    std::vector<unsigned char> buf(8);
+    const auto t0 = Clock::now();
+    io::OpOptions o;
+    o.timeout = 30ms;
+    auto r = io::recv(sv[0], bytes(buf), 0, o);
+    return std::make_pair(r.error, Clock::now() - t0);
+  });
+  auto [err, took] = timed.join();
+  CHECK(err == std::errc::timed_out);
+  CHECK(took >= 30ms);
+
+  io::Cancellation cancel;
+  auto blocked = rt.spawn([&] {
+    std::vector<unsigned char> buf(8);
+    io::OpOptions o;
+    o.cancel = &cancel;
+    return io::recv(sv[0], bytes(buf), 0, o).error;
+  });
+  auto canceller = rt.spawn([&] {
+    this_fiber::sleep_for(20ms);
+    cancel.cancel();
+  });
+  canceller.join();
+  CHECK(blocked.join() == std::errc::operation_canceled);
+  CHECK(cancel.cancelled());
+  ::close(sv[0]);
+  ::close(sv[1]);
+}
+
+TEST_CASE("shutdown cancels a fiber blocked in I/O", "[io]") {
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  std::error_code seen;
+  {
+    Runtime rt(topo("core:2 pu:1"));
+    rt.spawn([&] {
+      std::vector<unsigned char> buf(8);
+      seen = io::recv(sv[0], bytes(buf)).error;
+    }, SpawnOptions{.detached = true});
+    std::this_thread::sleep_for(30ms);
+  }
+  CHECK(seen == std::errc::operation_canceled);
+  ::close(sv[0]);
+  ::close(sv[1]);
+}
+
+TEST_CASE("I/O calls are fiber-only", "[io]") {
+  std::vector<unsigned char> buf(4);
+  CHECK_THROWS_AS(io::read(0, bytes(buf)), UsageError);
+}
