@@ -35,6 +35,23 @@ public:
     }
     return -1;
   }
+  /// Like find(), but starts at bit `start` and wraps around (as the kernel's
+  /// for_each_cpu_wrap), so wake-ups spread instead of piling on low bits.
+  template <class F> int find_from(unsigned start, F&& f) const {
+    const unsigned w0 = start / 64;
+    const std::uint64_t high = ~std::uint64_t{0} << (start % 64); // bits >= start in the first word
+    for (unsigned i = 0; i <= nwords_; ++i) {
+      const unsigned w = (w0 + i) % nwords_;
+      std::uint64_t m = words_[w].load(std::memory_order_acquire);
+      if (i == 0) m &= high;
+      else if (i == nwords_) m &= ~high; // back at the first word: the bits below start
+      for (; m; m &= m - 1) {
+        const unsigned bit = w * 64 + static_cast<unsigned>(std::countr_zero(m));
+        if (f(bit)) return static_cast<int>(bit);
+      }
+    }
+    return -1;
+  }
   bool any() const noexcept {
     for (unsigned w = 0; w < nwords_; ++w)
       if (words_[w].load(std::memory_order_relaxed)) return true;

@@ -36,13 +36,9 @@ Scheduler::Scheduler(Options options, Runtime* owner)
     const auto pos = static_cast<unsigned>(std::find(sibs.begin(), sibs.end(), pu.index) - sibs.begin());
     workers_.push_back(std::make_unique<Worker>(*this, pu, *cores_[pu.core], pos, shared_stacks_));
   }
-  llc_workers_.resize(topology_.llcs().size());
-  mask_bit_.resize(workers_.size());
-  for (const auto& pu : topology_.pus()) {
-    mask_bit_[pu.index] = static_cast<unsigned>(llc_workers_[pu.llc].size());
-    llc_workers_[pu.llc].push_back(pu.index);
-  }
-  for (const auto& ws : llc_workers_) idle_masks_.push_back(std::make_unique<IdleMask>(static_cast<unsigned>(ws.size())));
+  std::vector<CoreCoordinator*> core_ptrs;
+  for (auto& c : cores_) core_ptrs.push_back(c.get());
+  placement_ = std::make_unique<PlacementIndex>(topology_, std::move(core_ptrs));
   // Steal order: other cores of the same LLC first, then the rest, nearest index first.
   for (const auto& pu : topology_.pus()) {
     std::vector<unsigned> order;
@@ -146,44 +142,10 @@ void Scheduler::place(Fiber* f) {
 
 // ---------------------------------------------------------------- placement
 
-// 0: unsuitable; 1: idle PU on a wholly idle core; 2: idle PU whose core runs
-// the fiber's cookie. An idle PU whose core runs another cookie could only be
-// forced idle, so it is never chosen.
-int Scheduler::classify(const Fiber& f, unsigned w) const {
-  const Worker& wk = *workers_[w];
-  if (!wk.idle.load(std::memory_order_acquire)) return 0;
-  const std::uint64_t running = const_cast<Worker&>(wk).core().running_cookie();
-  if (running == kNoCookie) return 1;
-  return running == f.cookie ? 2 : 0;
-}
-
-unsigned Scheduler::choose_by_mask(const Fiber& f, unsigned llc) const {
-  int second = -1;
-  const int first = idle_masks_[llc]->find([&](unsigned bit) {
-    const int cls = classify(f, llc_workers_[llc][bit]);
-    if (cls == 2 && second < 0) second = static_cast<int>(bit);
-    return cls == 1;
-  });
-  if (first >= 0) return llc_workers_[llc][static_cast<unsigned>(first)];
-  return second >= 0 ? llc_workers_[llc][static_cast<unsigned>(second)] : ~0u;
-}
-
-unsigned Scheduler::choose_by_scan(const Fiber& f, unsigned llc) const {
-  unsigned second = ~0u;
-  for (unsigned w : llc_workers_[llc]) {
-    const int cls = classify(f, w);
-    if (cls == 1) return w;
-    if (cls == 2 && second == ~0u) second = w;
-  }
-  return second;
-}
-
 unsigned Scheduler::choose_worker(const Fiber& f, unsigned prev) const {
   if (f.pinned != kNotPinned) return static_cast<unsigned>(f.pinned);
-  if (classify(f, prev) != 0) return prev; // cache-warm and free
-  const unsigned llc = workers_[prev]->pu().llc;
-  const unsigned w = options_.placement == Placement::mask ? choose_by_mask(f, llc) : choose_by_scan(f, llc);
-  if (w != ~0u) return w;
+  const unsigned w = placement_->choose(f.cookie, prev, options_.placement);
+  if (w != PlacementIndex::kNone) return w;
   Worker* here = Worker::current();
   if (here && &here->scheduler() == this) return here->index(); // busy everywhere: stay near the waker
   return prev;
@@ -192,14 +154,8 @@ unsigned Scheduler::choose_worker(const Fiber& f, unsigned prev) const {
 // ---------------------------------------------------------------- idle workers
 
 void Scheduler::note_idle(const Worker& w, bool idle) noexcept {
-  const unsigned llc = w.pu().llc;
-  if (idle) {
-    idle_masks_[llc]->set(mask_bit_[w.index()]);
-    idle_count_.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    idle_masks_[llc]->clear(mask_bit_[w.index()]);
-    idle_count_.fetch_sub(1, std::memory_order_relaxed);
-  }
+  placement_->set_idle(w.index(), idle);
+  idle_count_.fetch_add(idle ? 1 : -1, std::memory_order_relaxed);
 }
 
 bool Scheduler::try_start_spinning() noexcept {
@@ -212,12 +168,12 @@ bool Scheduler::try_start_spinning() noexcept {
 
 void Scheduler::wake_helper(const Worker& from) {
   if (spinning_.load(std::memory_order_relaxed) > 0) return; // a spinner will find the work
-  const unsigned nllc = static_cast<unsigned>(llc_workers_.size());
+  const unsigned nllc = placement_->llc_count();
   for (unsigned i = 0; i < nllc; ++i) {
     const unsigned llc = (from.pu().llc + i) % nllc;
     bool woke = false;
-    idle_masks_[llc]->find([&](unsigned bit) {
-      Worker& w = *workers_[llc_workers_[llc][bit]];
+    placement_->for_each_idle(llc, [&](unsigned wi) {
+      Worker& w = *workers_[wi];
       if (&w == &from) return false;
       WakeList wakes;
       w.core().lock().lock();

@@ -6,7 +6,7 @@
 
 #include "core_coordinator.hpp"
 #include "fiber.hpp"
-#include "idle_mask.hpp"
+#include "placement.hpp"
 #include "stack_pool.hpp"
 #include "ticker.hpp"
 #include "worker.hpp"
@@ -59,8 +59,10 @@ public:
   /// A worker became busy: make sure the tick runs.
   void note_busy() { if (!ticker_->ticking()) ticker_->poke(); }
 
-  /// Chooses a worker for a woken fiber (mask or scan); exposed for tests and benchmarks.
+  /// Chooses a worker for a woken fiber (mask or scan).
   unsigned choose_worker(const Fiber& f, unsigned prev) const;
+  /// Whether worker `w` is in its idle loop.
+  bool worker_idle(unsigned w) const noexcept { return placement_->idle(w); }
 
   void shutdown();
   /// Wakes every sleeping worker (shutdown, start-up failure).
@@ -72,9 +74,6 @@ public:
 
 private:
   void start_workers();
-  unsigned choose_by_mask(const Fiber& f, unsigned llc) const;
-  unsigned choose_by_scan(const Fiber& f, unsigned llc) const;
-  int classify(const Fiber& f, unsigned w) const;
   void maybe_kernel_cookie();
 
   Options options_;
@@ -83,9 +82,7 @@ private:
   SharedStackPool shared_stacks_;
   std::vector<std::unique_ptr<CoreCoordinator>> cores_;
   std::vector<std::unique_ptr<Worker>> workers_;
-  std::vector<std::unique_ptr<IdleMask>> idle_masks_;  // per LLC
-  std::vector<std::vector<unsigned>> llc_workers_;     // workers of each LLC, in mask-bit order
-  std::vector<unsigned> mask_bit_;                     // worker -> bit in its LLC's mask
+  std::unique_ptr<PlacementIndex> placement_;
   std::vector<std::vector<unsigned>> steal_order_;     // per worker: other cores, nearest first
   std::unique_ptr<Ticker> ticker_;
   std::atomic<std::int64_t> live_{0};

@@ -401,8 +401,8 @@ void Worker::idle_loop() {
 }
 
 void Worker::set_idle(bool on) {
-  if (idle.load(std::memory_order_relaxed) == on) return;
-  idle.store(on, std::memory_order_release);
+  if (idle_ == on) return;
+  idle_ = on;
   sched_.note_idle(*this, on);
 }
 

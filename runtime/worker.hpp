@@ -78,7 +78,6 @@ public:
   // ---- read by the scheduler and the ticker ----
   std::atomic<std::uint64_t> switches{0};
   std::atomic<bool> busy{false};   // running a task fiber
-  std::atomic<bool> idle{false};   // in the idle loop (mirrored in the LLC idle mask)
   std::uint64_t tick_seen = 0;     // ticker-private
   int ticks_same = 0;              // ticker-private
 
@@ -142,6 +141,7 @@ private:
   std::uint64_t seg_runs_ = 0;
   bool seg_open_ = false;
 
+  bool idle_ = false; // in the idle loop (published through the scheduler's placement index)
   bool forced_ = false;
   std::uint64_t forced_since_ = 0, forced_wanted_ = 0, forced_blocker_ = 0;
 

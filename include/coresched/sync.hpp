@@ -1,0 +1,402 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file sync.hpp
+/// Synchronization primitives for fibers: Mutex, ConditionVariable, Event,
+/// Semaphore, WaitGroup, Latch and a bounded Channel<T>.
+///
+/// A waiting fiber is suspended (its worker runs other fibers); a waiting plain
+/// thread is blocked on a futex. Any mix of fibers, plain threads and
+/// runtimes may share one primitive. Waits return only when their condition
+/// holds: there are no spurious wake-ups. Waiters are served in FIFO order.
+/// None of the types may be copied or moved, and none may be destroyed while
+/// someone still waits on it.
+
+#include <coresched/join_handle.hpp> // UsageError
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+namespace coresched {
+
+namespace detail {
+
+struct Waiter; // a suspended fiber or blocked thread; defined in the runtime
+
+/// A test-and-test-and-set lock over a primitive's few words. Never held
+/// across a suspension; spins briefly, then yields the thread.
+class SyncLock {
+public:
+  void lock() noexcept {
+    if (flag_.exchange(true, std::memory_order_acquire)) lock_slow();
+  }
+  void unlock() noexcept { flag_.store(false, std::memory_order_release); }
+  /// Waits until nobody holds the lock. A primitive's destructor calls it:
+  /// whoever released a waiter through a lock-free fast path may still be
+  /// about to unlock, and its unlock is its last touch of the primitive.
+  void wait_idle() const noexcept {
+    while (flag_.load(std::memory_order_acquire)) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
+
+private:
+  void lock_slow() noexcept;
+  std::atomic<bool> flag_{false};
+};
+
+/// A FIFO of suspended fibers and blocked threads, guarded by a SyncLock the
+/// owner holds. Exported for header-only templates (Channel<T>).
+class WaitQueue {
+public:
+  /// True if nobody waits. Call with the lock held.
+  bool empty() const noexcept { return head_ == nullptr; }
+  /// Call with `lock` held: enqueues the caller carrying `slot`, releases
+  /// `lock`, runs `after_unlock(arg)` if given, and suspends the calling fiber
+  /// (or blocks the calling thread) until wake(). Returns without the lock.
+  void wait(SyncLock& lock, void* slot = nullptr, void (*after_unlock)(void*) = nullptr, void* arg = nullptr);
+  /// Call with the lock held: removes and returns the oldest waiter, or null.
+  Waiter* pop() noexcept;
+  /// Call with the lock held: removes every waiter; returns them as a chain for wake_all().
+  Waiter* pop_all() noexcept;
+  /// The `slot` a removed waiter passed to wait() (read it before wake()).
+  static void* slot(const Waiter* w) noexcept;
+  /// Call without the lock: resumes a removed waiter. Its frame may vanish at once.
+  static void wake(Waiter* w) noexcept;
+  /// Call without the lock: resumes every waiter of a pop_all() chain.
+  static void wake_all(Waiter* chain) noexcept;
+
+private:
+  Waiter* head_ = nullptr;
+  Waiter* tail_ = nullptr;
+};
+
+} // namespace detail
+
+/// A mutual-exclusion lock. When contended, ownership passes to the waiters
+/// in FIFO order (no waiter starves). Usable with std::unique_lock and
+/// std::lock_guard. Not recursive; unlock only what you locked.
+class Mutex {
+public:
+  Mutex() noexcept = default;
+  Mutex(const Mutex&) = delete;
+  Mutex& operator=(const Mutex&) = delete;
+
+  /// Acquires the lock, suspending the calling fiber (or blocking the thread) while it is held.
+  void lock() {
+    std::uint32_t s = 0;
+    if (!state_.compare_exchange_strong(s, kLocked, std::memory_order_acquire)) lock_slow();
+  }
+  /// Acquires the lock if it is free; never waits.
+  bool try_lock() noexcept {
+    std::uint32_t s = 0;
+    return state_.load(std::memory_order_relaxed) == 0 &&
+           state_.compare_exchange_strong(s, kLocked, std::memory_order_acquire);
+  }
+  /// Releases the lock, handing it to the oldest waiter if there is one.
+  void unlock() noexcept {
+    std::uint32_t s = kLocked;
+    if (!state_.compare_exchange_strong(s, 0, std::memory_order_release)) unlock_slow();
+  }
+
+private:
+  static constexpr std::uint32_t kLocked = 1, kQueued = 2;
+  void lock_slow();
+  void unlock_slow() noexcept;
+  std::atomic<std::uint32_t> state_{0}; // kLocked | kQueued; never kQueued alone
+  detail::SyncLock lk_;
+  detail::WaitQueue q_;
+};
+
+/// A condition variable for Mutex. wait() returns only after a notify (no
+/// spurious wake-ups), with the mutex locked again.
+class ConditionVariable {
+public:
+  ConditionVariable() noexcept = default;
+  ConditionVariable(const ConditionVariable&) = delete;
+  ConditionVariable& operator=(const ConditionVariable&) = delete;
+
+  /// Atomically unlocks `m` (which the caller holds) and waits for a notify; relocks `m` before returning.
+  void wait(Mutex& m);
+  /// Waits until `pred()` is true; `pred` is evaluated with `m` held.
+  template <class Pred> void wait(Mutex& m, Pred pred) {
+    while (!pred()) wait(m);
+  }
+  /// As wait(Mutex&), on the mutex of a std::unique_lock that owns it.
+  /// @throws UsageError if `lk` does not own its mutex.
+  void wait(std::unique_lock<Mutex>& lk) {
+    if (!lk.owns_lock()) throw UsageError("coresched: ConditionVariable::wait on a unique_lock that is not locked");
+    wait(*lk.mutex());
+  }
+  /// As wait(Mutex&, pred), on the mutex of a std::unique_lock that owns it.
+  template <class Pred> void wait(std::unique_lock<Mutex>& lk, Pred pred) {
+    while (!pred()) wait(lk);
+  }
+  /// Wakes the oldest waiter, if any.
+  void notify_one() noexcept;
+  /// Wakes every waiter.
+  void notify_all() noexcept;
+
+private:
+  detail::SyncLock lk_;
+  detail::WaitQueue q_;
+};
+
+/// A manual-reset event: once set(), every wait() returns at once until reset().
+class Event {
+public:
+  /// Creates the event cleared (or set).
+  explicit Event(bool initially_set = false) noexcept : set_(initially_set) {}
+  /// Safe as soon as wait() has returned, even while set() is still returning.
+  ~Event() { lk_.wait_idle(); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  /// Sets the event and releases every waiter.
+  void set() noexcept;
+  /// Clears the event; later waits block until the next set().
+  void reset() noexcept;
+  /// Waits until the event is set.
+  void wait();
+  /// Whether the event is set now.
+  bool is_set() const noexcept { return set_.load(std::memory_order_acquire); }
+
+private:
+  std::atomic<bool> set_;
+  detail::SyncLock lk_;
+  detail::WaitQueue q_;
+};
+
+/// A counting semaphore. release() hands units to waiters in FIFO order.
+class Semaphore {
+public:
+  /// Creates the semaphore holding `initial` units (>= 0).
+  /// @throws UsageError if `initial` is negative.
+  explicit Semaphore(std::ptrdiff_t initial = 0);
+  /// Safe as soon as acquire() has returned, even while release() is still returning.
+  ~Semaphore() { lk_.wait_idle(); }
+  Semaphore(const Semaphore&) = delete;
+  Semaphore& operator=(const Semaphore&) = delete;
+
+  /// Takes one unit, waiting while there is none.
+  void acquire();
+  /// Takes one unit if one is available; never waits.
+  bool try_acquire() noexcept {
+    std::ptrdiff_t c = count_.load(std::memory_order_relaxed);
+    while (c > 0)
+      if (count_.compare_exchange_weak(c, c - 1, std::memory_order_acquire, std::memory_order_relaxed)) return true;
+    return false;
+  }
+  /// Adds `n` units (>= 0), waking up to `n` waiters.
+  /// @throws UsageError if `n` is negative.
+  void release(std::ptrdiff_t n = 1);
+  /// The units available now (a snapshot).
+  std::ptrdiff_t available() const noexcept { return count_.load(std::memory_order_relaxed); }
+
+private:
+  std::atomic<std::ptrdiff_t> count_; // never > 0 while someone waits
+  detail::SyncLock lk_;
+  detail::WaitQueue q_;
+};
+
+/// Waits for a group of tasks, like Go's sync.WaitGroup: add() before
+/// starting work, done() when each finishes, wait() until the count is zero.
+class WaitGroup {
+public:
+  WaitGroup() noexcept = default;
+  /// Safe as soon as wait() has returned, even while the last done() is still returning.
+  ~WaitGroup() { lk_.wait_idle(); }
+  WaitGroup(const WaitGroup&) = delete;
+  WaitGroup& operator=(const WaitGroup&) = delete;
+
+  /// Adds `delta` (may be negative) to the count; at zero every waiter is released.
+  /// @throws UsageError if the count would become negative (the count is left unchanged).
+  void add(std::int64_t delta = 1);
+  /// Subtracts one from the count.
+  /// @throws UsageError if the count is already zero.
+  void done() { add(-1); }
+  /// Waits until the count is zero.
+  void wait();
+  /// The count now (a snapshot).
+  std::int64_t count() const noexcept { return count_.load(std::memory_order_relaxed); }
+
+private:
+  std::atomic<std::int64_t> count_{0};
+  detail::SyncLock lk_;
+  detail::WaitQueue q_;
+};
+
+/// A single-use countdown, like std::latch: waits return once the count reaches zero.
+class Latch {
+public:
+  /// Creates the latch with `expected` arrivals to wait for (>= 0).
+  /// @throws UsageError if `expected` is negative.
+  explicit Latch(std::ptrdiff_t expected);
+  /// Safe as soon as wait() has returned, even while the last count_down() is still returning.
+  ~Latch() { lk_.wait_idle(); }
+  Latch(const Latch&) = delete;
+  Latch& operator=(const Latch&) = delete;
+
+  /// Decrements the count by `n`; at zero every waiter is released.
+  /// @throws UsageError if `n` is negative or exceeds the count.
+  void count_down(std::ptrdiff_t n = 1);
+  /// Whether the count has reached zero.
+  bool try_wait() const noexcept { return count_.load(std::memory_order_acquire) == 0; }
+  /// Waits until the count reaches zero.
+  void wait();
+  /// count_down(n), then wait().
+  void arrive_and_wait(std::ptrdiff_t n = 1) {
+    count_down(n);
+    wait();
+  }
+
+private:
+  std::atomic<std::ptrdiff_t> count_;
+  detail::SyncLock lk_;
+  detail::WaitQueue q_;
+};
+
+/// A bounded multi-producer multi-consumer FIFO channel. send() waits while
+/// the channel is full, recv() while it is empty. After close(), sends fail
+/// and receives drain what is buffered, then return std::nullopt.
+/// T must be nothrow move-constructible.
+template <class T> class Channel {
+  static_assert(std::is_nothrow_move_constructible_v<T> && std::is_nothrow_destructible_v<T>,
+                "coresched::Channel<T> needs a nothrow move constructor and destructor");
+
+public:
+  /// Creates an open channel buffering up to `capacity` (>= 1) items.
+  /// @throws UsageError if `capacity` is zero.
+  explicit Channel(std::size_t capacity) : cap_(capacity) {
+    if (capacity == 0) throw UsageError("coresched: a Channel needs a capacity of at least 1");
+    buf_ = std::make_unique<std::optional<T>[]>(capacity);
+  }
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+
+  /// Sends `v`, waiting while the channel is full. Returns false (and leaves
+  /// `v` untouched) if the channel is or becomes closed before it was taken.
+  bool send(T&& v) { return send_impl(v, true); }
+  /// Sends a copy of `v`; see send(T&&).
+  bool send(const T& v) {
+    T copy(v);
+    return send_impl(copy, true);
+  }
+  /// Sends `v` only if that needs no wait. Returns false (and leaves `v`
+  /// untouched) if the channel is full or closed.
+  bool try_send(T&& v) { return send_impl(v, false); }
+  /// Sends a copy of `v` only if that needs no wait; see try_send(T&&).
+  bool try_send(const T& v) {
+    T copy(v);
+    return send_impl(copy, false);
+  }
+  /// Receives the oldest item, waiting while the channel is empty and open.
+  /// Returns std::nullopt once the channel is closed and drained.
+  std::optional<T> recv() { return recv_impl(true); }
+  /// Receives the oldest item if one is there now; std::nullopt otherwise.
+  std::optional<T> try_recv() { return recv_impl(false); }
+  /// Closes the channel: waiting senders fail, waiting receivers get
+  /// std::nullopt, buffered items can still be received. Idempotent.
+  void close() noexcept {
+    lk_.lock();
+    closed_ = true;
+    detail::Waiter* s = senders_.pop_all();
+    detail::Waiter* r = receivers_.pop_all();
+    lk_.unlock();
+    detail::WaitQueue::wake_all(s);
+    detail::WaitQueue::wake_all(r);
+  }
+  /// Whether close() was called.
+  bool closed() const noexcept {
+    lk_.lock();
+    const bool c = closed_;
+    lk_.unlock();
+    return c;
+  }
+  /// Items buffered now (a snapshot).
+  std::size_t size() const noexcept {
+    lk_.lock();
+    const std::size_t n = size_;
+    lk_.unlock();
+    return n;
+  }
+  /// The capacity given at construction.
+  std::size_t capacity() const noexcept { return cap_; }
+
+private:
+  struct SendSlot {
+    T* value;
+    bool taken = false;
+  };
+
+  bool send_impl(T& v, bool block) {
+    lk_.lock();
+    if (closed_) {
+      lk_.unlock();
+      return false;
+    }
+    if (detail::Waiter* r = receivers_.pop()) { // the buffer is empty: hand over directly
+      static_cast<std::optional<T>*>(detail::WaitQueue::slot(r))->emplace(std::move(v));
+      lk_.unlock();
+      detail::WaitQueue::wake(r);
+      return true;
+    }
+    if (size_ < cap_) {
+      buf_[(head_ + size_) % cap_].emplace(std::move(v));
+      ++size_;
+      lk_.unlock();
+      return true;
+    }
+    if (!block) {
+      lk_.unlock();
+      return false;
+    }
+    SendSlot slot{&v};
+    senders_.wait(lk_, &slot); // a receiver takes the value, or close() releases us
+    return slot.taken;
+  }
+
+  std::optional<T> recv_impl(bool block) {
+    std::optional<T> out;
+    lk_.lock();
+    if (size_ > 0) {
+      std::optional<T>& front = buf_[head_];
+      out.emplace(std::move(*front));
+      front.reset();
+      head_ = (head_ + 1) % cap_;
+      --size_;
+      detail::Waiter* s = senders_.pop(); // the buffer was full: move the oldest sender's value in
+      if (s) {
+        auto* slot = static_cast<SendSlot*>(detail::WaitQueue::slot(s));
+        buf_[(head_ + size_) % cap_].emplace(std::move(*slot->value));
+        ++size_;
+        slot->taken = true;
+      }
+      lk_.unlock();
+      if (s) detail::WaitQueue::wake(s);
+      return out;
+    }
+    if (closed_ || !block) {
+      lk_.unlock();
+      return std::nullopt;
+    }
+    receivers_.wait(lk_, &out); // a sender fills `out`, or close() leaves it empty
+    return out;
+  }
+
+  const std::size_t cap_;
+  std::unique_ptr<std::optional<T>[]> buf_;
+  std::size_t head_ = 0, size_ = 0;
+  bool closed_ = false;
+  mutable detail::SyncLock lk_;
+  detail::WaitQueue senders_, receivers_; // senders wait only when full, receivers only when empty
+};
+
+} // namespace coresched

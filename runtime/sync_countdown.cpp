@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+// WaitGroup and Latch: a count that releases its waiters at zero.
+//
+// The step to zero is taken under the lock, together with taking the waiters;
+// a waiter checks the count under the same lock before queueing, so it either
+// sees zero or is queued before the step. Steps that do not reach zero take
+// no lock. Because the step to zero holds the lock, a waiter that saw zero
+// without the lock may destroy the object once the lock is free (see the
+// destructors' wait_idle()).
+#include "waiter.hpp"
+
+#include <coresched/sync.hpp>
+
+namespace coresched {
+
+namespace {
+// Adds `delta` to `count`; throws `error` (leaving the count alone) if it would go negative.
+template <class C> void step(std::atomic<C>& count, C delta, detail::SyncLock& lk, detail::WaitQueue& q,
+                             const char* error) {
+  C c = count.load(std::memory_order_relaxed);
+  for (;;) {
+    if (c + delta < 0) throw UsageError(error);
+    if (c + delta == 0) break;
+    if (count.compare_exchange_weak(c, c + delta, std::memory_order_acq_rel, std::memory_order_relaxed)) return;
+  }
+  lk.lock();
+  c = count.load(std::memory_order_relaxed);
+  do {
+    if (c + delta < 0) {
+      lk.unlock();
+      throw UsageError(error);
+    }
+  } while (!count.compare_exchange_weak(c, c + delta, std::memory_order_acq_rel, std::memory_order_relaxed));
+  detail::Waiter* all = c + delta == 0 ? q.pop_all() : nullptr;
+  lk.unlock();
+  detail::WaitQueue::wake_all(all);
+}
+
+template <class C> void wait_for_zero(const std::atomic<C>& count, detail::SyncLock& lk, detail::WaitQueue& q) {
+  if (count.load(std::memory_order_acquire) == 0) return;
+  lk.lock();
+  if (count.load(std::memory_order_acquire) == 0) {
+    lk.unlock();
+    return;
+  }
+  q.wait(lk);
+}
+} // namespace
+
+void WaitGroup::add(std::int64_t delta) {
+  if (delta == 0) return;
+  step<std::int64_t>(count_, delta, lk_, q_, "coresched: WaitGroup count would become negative (done() without add()?)");
+}
+
+void WaitGroup::wait() { wait_for_zero(count_, lk_, q_); }
+
+Latch::Latch(std::ptrdiff_t expected) : count_(expected) {
+  if (expected < 0) throw UsageError("coresched: a Latch cannot expect a negative count");
+}
+
+void Latch::count_down(std::ptrdiff_t n) {
+  if (n < 0) throw UsageError("coresched: Latch::count_down with a negative count");
+  if (n == 0) return;
+  step<std::ptrdiff_t>(count_, -n, lk_, q_, "coresched: Latch::count_down below zero");
+}
+
+void Latch::wait() { wait_for_zero(count_, lk_, q_); }
+
+} // namespace coresched

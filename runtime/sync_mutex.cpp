@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: Apache-2.0
+// Mutex and ConditionVariable.
+//
+// Mutex: one atomic word for the uncontended path; under contention the lock
+// is handed directly to the oldest waiter (it stays locked through the
+// hand-off), so a waiter cannot be overtaken and never starves.
+#include "waiter.hpp"
+
+#include <coresched/sync.hpp>
+
+#include <immintrin.h>
+
+namespace coresched {
+
+namespace {
+// Pauses spent polling a held mutex before queueing. A holder on another
+// worker often releases within a few hundred nanoseconds; parking costs a
+// switch and a wake-up.
+constexpr int kSpinPolls = 32;
+} // namespace
+
+void Mutex::lock_slow() {
+  for (int i = 0; i < kSpinPolls; ++i) {
+    _mm_pause();
+    std::uint32_t s = state_.load(std::memory_order_relaxed);
+    if (s == 0 && state_.compare_exchange_weak(s, kLocked, std::memory_order_acquire)) return;
+    if (s & kQueued) break; // others queue already: hand-off order, no barging
+  }
+  lk_.lock();
+  std::uint32_t s = state_.load(std::memory_order_relaxed);
+  for (;;) {
+    if (!(s & kLocked)) { // released meanwhile (then nobody is queued either)
+      if (state_.compare_exchange_weak(s, s | kLocked, std::memory_order_acquire, std::memory_order_relaxed)) {
+        lk_.unlock();
+        return;
+      }
+      continue;
+    }
+    if ((s & kQueued) ||
+        state_.compare_exchange_weak(s, s | kQueued, std::memory_order_relaxed, std::memory_order_relaxed))
+      break;
+  }
+  q_.wait(lk_); // returns owning the mutex: unlock_slow() handed it over
+}
+
+void Mutex::unlock_slow() noexcept {
+  lk_.lock();
+  detail::Waiter* w = q_.pop();
+  if (!w) state_.store(0, std::memory_order_release); // unlock of an unlocked mutex: stay sane
+  else if (q_.empty()) state_.store(kLocked, std::memory_order_relaxed); // now held by `w`, nobody queued
+  lk_.unlock();
+  if (w) detail::WaitQueue::wake(w);
+}
+
+void ConditionVariable::wait(Mutex& m) {
+  lk_.lock();
+  // Queued before `m` is released, so a notify by whoever takes `m` next finds us.
+  q_.wait(lk_, nullptr, [](void* mu) { static_cast<Mutex*>(mu)->unlock(); }, &m);
+  m.lock();
+}
+
+void ConditionVariable::notify_one() noexcept {
+  lk_.lock();
+  detail::Waiter* w = q_.pop();
+  lk_.unlock();
+  if (w) detail::WaitQueue::wake(w);
+}
+
+void ConditionVariable::notify_all() noexcept {
+  lk_.lock();
+  detail::Waiter* all = q_.pop_all();
+  lk_.unlock();
+  detail::WaitQueue::wake_all(all);
+}
+
+} // namespace coresched

@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+// Semaphore: a count, and a queue of waiters that release() hands units to
+// directly. The count is never positive while someone waits.
+#include "waiter.hpp"
+
+#include <coresched/sync.hpp>
+
+namespace coresched {
+
+Semaphore::Semaphore(std::ptrdiff_t initial) : count_(initial) {
+  if (initial < 0) throw UsageError("coresched: a Semaphore cannot start with a negative count");
+}
+
+void Semaphore::acquire() {
+  if (try_acquire()) return;
+  lk_.lock();
+  if (try_acquire()) { // a release() came in between
+    lk_.unlock();
+    return;
+  }
+  q_.wait(lk_); // release() handed us a unit
+}
+
+void Semaphore::release(std::ptrdiff_t n) {
+  if (n < 0) throw UsageError("coresched: Semaphore::release with a negative count");
+  if (n == 0) return;
+  lk_.lock();
+  detail::Waiter* first = nullptr;
+  detail::Waiter* last = nullptr;
+  while (n > 0) {
+    detail::Waiter* w = q_.pop();
+    if (!w) break;
+    if (last) last->next = w;
+    else first = w;
+    last = w;
+    --n;
+  }
+  if (n > 0) count_.fetch_add(n, std::memory_order_release);
+  lk_.unlock();
+  detail::WaitQueue::wake_all(first);
+}
+
+} // namespace coresched

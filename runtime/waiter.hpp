@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+// A Waiter: one suspended fiber or one blocked plain thread, queued on a sync
+// primitive (an intrusive node that lives in the waiting frame). Every
+// primitive in sync.hpp is a few words of state, a SyncLock and WaitQueues of
+// these, and waits in the same three steps:
+//
+//   lock; ...; w.prepare(); queue w; unlock;   w.block();    // the waiter
+//   lock; ...; take w off the queue; unlock;   w.notify();   // the waker
+//
+// prepare() runs under the lock: a fiber announces `parking` there, so a
+// notify() that comes before it has switched out is remembered (the runtime's
+// park protocol, see wake_fiber). A thread waits on a futex over `woken`.
+// A parked fiber is resumed only by wake_fiber, which only notify() calls for
+// it, so block() needs no loop for fibers; threads loop over spurious futex
+// returns.
+#pragma once
+
+#include "fiber.hpp"
+#include "futex.hpp"
+#include "worker.hpp"
+
+#include <atomic>
+#include <cassert>
+#include <cstdint>
+
+namespace coresched::detail {
+
+struct Waiter {
+  Waiter* next = nullptr;  // queue link (guarded by the primitive's lock)
+  Fiber* fiber = nullptr;  // the parked fiber, or null for a plain thread
+  void* slot = nullptr;    // the primitive's payload (e.g. a Channel item)
+  std::atomic<std::uint32_t> woken{0}; // 0 waiting, 1 notified, 2 a thread sleeps on it
+
+  /// Under the primitive's lock, before the waiter becomes visible.
+  void prepare() noexcept {
+    Worker* w = Worker::current();
+    if (w && w->in_task()) {
+      fiber = w->running();
+      fiber->state.store(FiberState::parking, std::memory_order_release);
+    }
+  }
+
+  /// After every lock is released: suspends until notify(). The fiber may
+  /// resume on another worker, so nothing worker-related is cached here.
+  void block() noexcept {
+    if (fiber) {
+      Worker::current()->park();
+      assert(woken.load(std::memory_order_acquire) == 1);
+      return;
+    }
+    std::uint32_t s = 0;
+    if (woken.compare_exchange_strong(s, 2, std::memory_order_acquire)) s = 2;
+    while (s != 1) {
+      futex_wait(woken, 2);
+      s = woken.load(std::memory_order_acquire);
+    }
+  }
+
+  /// After the waker took it off the queue and released the lock. The
+  /// waiter's frame may be gone as soon as `woken` is 1, so `fiber` is read
+  /// first. (futex_wake on a vanished thread frame at most wakes some other
+  /// futex waiter of that address spuriously; every futex user here loops.)
+  void notify() noexcept {
+    if (Fiber* f = fiber) {
+      woken.store(1, std::memory_order_release);
+      wake_fiber(f);
+      return;
+    }
+    if (woken.exchange(1, std::memory_order_release) == 2) futex_wake(woken, 1);
+  }
+};
+
+} // namespace coresched::detail
