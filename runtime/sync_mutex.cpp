@@ -9,6 +9,7 @@
 #include <coresched/sync.hpp>
 
 #include <immintrin.h>
+#include <cstdlib>
 
 namespace coresched {
 
@@ -16,7 +17,7 @@ namespace {
 // Pauses spent polling a held mutex before queueing. A holder on another
 // worker often releases within a few hundred nanoseconds; parking costs a
 // switch and a wake-up.
-constexpr int kSpinPolls = 32;
+static const int kSpinPolls = [] { const char* e = std::getenv("SPIN"); return e ? std::atoi(e) : 32; }();
 } // namespace
 
 void Mutex::lock_slow() {

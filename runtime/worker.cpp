@@ -20,12 +20,16 @@ thread_local Worker* tls_worker = nullptr;
 thread_local std::atomic<bool>* tls_preempt = nullptr;
 
 namespace {
-// Idle spinning: rounds of (pick, steal, pause) before sleeping. A round is
-// ~0.2-1 us here, so this spins a few tens of microseconds: long enough to
-// catch a quick hand-off, short enough not to burn a CPU.
-constexpr int kIdleSpinRounds = 64;
-constexpr int kForcedIdleSpinRounds = 8; // forced idle must not burn the sibling's pipeline
-constexpr int kPausesPerRound = 32;
+// Idle spinning: rounds of (pick, steal, a few pauses) before sleeping,
+// ~50 us in all here: long enough to catch a quick hand-off (a wake to a
+// sleeping worker costs 10-90 us on this VM), short enough not to burn a CPU.
+// At most half the idle workers hold a spinner slot; a worker refused one
+// still spins a few rounds, so a transient count (a spinner that has found
+// work but not yet left the idle set) does not send it straight to sleep.
+constexpr int kIdleSpinRounds = 256;
+constexpr int kUnclaimedSpinRounds = 16;
+constexpr int kForcedIdleSpinRounds = 16; // forced idle must not burn the sibling's pipeline
+constexpr int kPausesPerRound = 8;
 } // namespace
 
 Worker::Worker(Scheduler& sched, const PuInfo& pu, CoreCoordinator& core, unsigned sibling,
@@ -433,8 +437,9 @@ Fiber* Worker::find_work() {
       core_.lock().unlock();
       continue;
     }
-    const int limit = forced_ ? kForcedIdleSpinRounds : kIdleSpinRounds;
-    if (rounds < limit && (spinning || (spinning = sched_.try_start_spinning()))) {
+    if (!spinning && !forced_) spinning = sched_.try_start_spinning();
+    const int limit = forced_ ? kForcedIdleSpinRounds : spinning ? kIdleSpinRounds : kUnclaimedSpinRounds;
+    if (rounds < limit) {
       ++rounds;
       for (int i = 0; i < kPausesPerRound; ++i) _mm_pause();
       continue;

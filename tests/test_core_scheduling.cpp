@@ -212,25 +212,32 @@ TEST_CASE("kernel cookie option degrades gracefully", "[cookie]") {
 
 TEST_CASE("fairness holds across rounds of fresh cookies against a long-lived one", "[fairness]") {
   // Regression: a new cookie used to start at vruntime 0 against the untagged
-  // cookie's whole history, so every round skewed the split further.
+  // cookie's whole history, so every round skewed the split further. Shares
+  // are measured between two snapshots taken while both fibers run, so a late
+  // start (a loaded CI machine) cannot skew them.
   for (auto policy : {FairnessPolicy::core_vruntime, FairnessPolicy::forceidle_balance}) {
     Runtime rt(topo("core:1 pu:2", policy));
     for (int round = 0; round < 4; ++round) {
       const Cookie fresh = Cookie::create();
-      const Stats before = rt.stats();
-      const auto until = Clock::now() + 400ms;
-      auto body = [until] {
-        while (Clock::now() < until) {
+      std::atomic<int> started{0};
+      std::atomic<bool> stop{false};
+      auto body = [&] {
+        started.fetch_add(1);
+        while (!stop.load()) {
           burn(20us);
           this_fiber::preempt_point();
         }
       };
       auto a = rt.spawn(body, SpawnOptions{.cookie = fresh, .pin_to_pu = 0});
       auto b = rt.spawn(body, SpawnOptions{.cookie = Cookie{}, .pin_to_pu = 1});
+      while (started.load() < 2) std::this_thread::sleep_for(1ms);
+      const Stats before = rt.stats();
+      std::this_thread::sleep_for(300ms);
+      const Stats after = rt.stats();
+      stop = true;
       a.join();
       b.join();
-      const Stats after = rt.stats();
-      const double fa = static_cast<double>(after.cookie(fresh).core_ns);
+      const double fa = static_cast<double>(after.cookie(fresh).core_ns - before.cookie(fresh).core_ns);
       const double fb = static_cast<double>(after.cookie(Cookie{}).core_ns - before.cookie(Cookie{}).core_ns);
       INFO(to_string(policy) << " round " << round << " fresh " << fa << " untagged " << fb);
       REQUIRE(fa + fb > 0);

@@ -9,6 +9,7 @@
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <ctime>
 #include <vector>
 
 using namespace coresched;
@@ -179,4 +180,26 @@ TEST_CASE("a custom stack size is honoured", "[fibers]") {
     return big[0] + big[sizeof(big) - 1];
   }, SpawnOptions{.stack_size = 512 * 1024});
   CHECK(h.join() == 3);
+}
+
+TEST_CASE("an idle runtime uses almost no CPU after its spin phase", "[fibers]") {
+  Runtime rt(topo("core:2 pu:2"));
+  rt.spawn([] { this_fiber::yield(); }).join();
+  std::this_thread::sleep_for(100ms); // spinners give up, the tick stops
+  timespec a{}, b{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
+  std::this_thread::sleep_for(400ms);
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
+  const double cpu_s = static_cast<double>(b.tv_sec - a.tv_sec) + static_cast<double>(b.tv_nsec - a.tv_nsec) / 1e9;
+  INFO("CPU time while idle: " << cpu_s * 1e3 << " ms over 400 ms");
+  CHECK(cpu_s < 0.02); // 4 workers + ticker: under 5% of one CPU
+}
+
+TEST_CASE("a sleeping runtime wakes for a fiber spawned from a foreign thread", "[fibers]") {
+  Runtime rt(topo("core:2 pu:2"));
+  std::this_thread::sleep_for(100ms); // every worker asleep in its io_uring
+  int got = 0;
+  std::thread foreign([&] { got = rt.spawn([] { return 5; }).join(); });
+  foreign.join();
+  CHECK(got == 5);
 }
