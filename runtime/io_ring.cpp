@@ -38,14 +38,19 @@ IoRing::~IoRing() {
 }
 
 void IoRing::init(unsigned entries) {
-  // Prefer the cheapest mode and fall back flag by flag where the kernel says EINVAL.
-  const unsigned wanted[] = {IORING_SETUP_SINGLE_ISSUER, IORING_SETUP_DEFER_TASKRUN, IORING_SETUP_COOP_TASKRUN};
-  unsigned flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN;
-  int rc = io_uring_queue_init(entries, &ring_, flags);
-  for (int i = 2; rc == -EINVAL && i >= 0; --i) {
-    flags &= ~wanted[i];
-    if (wanted[i] == IORING_SETUP_SINGLE_ISSUER) flags &= ~IORING_SETUP_DEFER_TASKRUN; // DEFER needs SINGLE_ISSUER
+  // Prefer the cheapest mode, falling back where the kernel says EINVAL.
+  // TASKRUN_FLAG makes the kernel raise IORING_SQ_TASKRUN when completions
+  // wait for us to enter it; without it a busy worker would never see them.
+  constexpr unsigned kSingle = IORING_SETUP_SINGLE_ISSUER, kDefer = IORING_SETUP_DEFER_TASKRUN,
+                     kCoop = IORING_SETUP_COOP_TASKRUN, kFlag = IORING_SETUP_TASKRUN_FLAG;
+  const unsigned candidates[] = {kSingle | kDefer | kCoop | kFlag, kSingle | kDefer | kFlag, kSingle | kCoop | kFlag,
+                                 kCoop | kFlag, kCoop, 0};
+  int rc = -EINVAL;
+  unsigned flags = 0;
+  for (unsigned c : candidates) {
+    flags = c;
     rc = io_uring_queue_init(entries, &ring_, flags);
+    if (rc != -EINVAL) break;
   }
   if (rc < 0) throw std::runtime_error("coresched: io_uring_queue_init failed: " + errno_text(-rc));
   ready_ = true;
@@ -68,6 +73,7 @@ std::string IoRing::flags_text() const {
   if (setup_flags_ & IORING_SETUP_SINGLE_ISSUER) s += "SINGLE_ISSUER ";
   if (setup_flags_ & IORING_SETUP_DEFER_TASKRUN) s += "DEFER_TASKRUN ";
   if (setup_flags_ & IORING_SETUP_COOP_TASKRUN) s += "COOP_TASKRUN ";
+  if (setup_flags_ & IORING_SETUP_TASKRUN_FLAG) s += "TASKRUN_FLAG ";
   return s.empty() ? "none" : s;
 }
 
@@ -183,8 +189,11 @@ void IoRing::complete(io_uring_cqe* cqe, std::vector<Fiber*>& done) {
 
 void IoRing::reap(std::vector<Fiber*>& done) {
   drain_cancels();
-  // With DEFER_TASKRUN completions are posted only when we ask the kernel.
-  if ((setup_flags_ & IORING_SETUP_DEFER_TASKRUN) && (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN))
+  // With COOP/DEFER_TASKRUN completions are posted only when we enter the
+  // kernel; the TASKRUN flag says when that is needed (without the flag, ask).
+  const bool deferred = setup_flags_ & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN);
+  if (deferred && (!(setup_flags_ & IORING_SETUP_TASKRUN_FLAG) ||
+                   (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN)))
     io_uring_get_events(&ring_);
   submit();
   io_uring_cqe* cqe;

@@ -247,3 +247,29 @@ TEST_CASE("I/O calls are fiber-only", "[io]") {
   std::vector<unsigned char> buf(4);
   CHECK_THROWS_AS(io::read(0, bytes(buf)), UsageError);
 }
+
+TEST_CASE("a busy worker still completes its fibers' I/O", "[io]") {
+  // Regression: with DEFER_TASKRUN and no TASKRUN_FLAG, a worker kept busy by
+  // CPU-bound fibers never entered the kernel, so a sleeper on it never woke.
+  Runtime rt(topo("core:1 pu:1"));
+  std::atomic<bool> stop{false};
+  auto busy = rt.spawn([&] {
+    const auto give_up = Clock::now() + 5s;
+    while (!stop.load() && Clock::now() < give_up) {
+      std::uint64_t x = 1;
+      for (int i = 0; i < 2000; ++i) x = x * 6364136223846793005ull + 1;
+      asm volatile("" : : "r"(x));
+      this_fiber::preempt_point();
+    }
+  });
+  auto sleeper = rt.spawn([&] {
+    const auto t0 = Clock::now();
+    this_fiber::sleep_for(20ms);
+    stop = true;
+    return Clock::now() - t0;
+  });
+  const auto took = sleeper.join();
+  busy.join();
+  CHECK(took >= 20ms);
+  CHECK(took < 1s);
+}
