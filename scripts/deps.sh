@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages coresched needs; does nothing if all are present.
+#   scripts/deps.sh          build, test and benchmark dependencies
+#   scripts/deps.sh --plots  also matplotlib, for bench/plot/
 set -euo pipefail
-packages=(build-essential cmake pkg-config git hwloc libhwloc-dev liburing-dev libboost-context-dev
-          libboost-fiber-dev libspdlog-dev libfmt-dev catch2 libcli11-dev zlib1g-dev python3-matplotlib)
+packages=(build-essential cmake pkg-config git python3 hwloc libhwloc-dev liburing-dev libboost-context-dev
+          libboost-fiber-dev libspdlog-dev libfmt-dev catch2 libcli11-dev zlib1g-dev)
+[ "${1:-}" = "--plots" ] && packages+=(python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

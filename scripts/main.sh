@@ -5,7 +5,7 @@
 # On a machine without SMT it says so and uses synthetic siblings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/deps.sh
+bash scripts/deps.sh --plots
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >/dev/null
 cmake --build build -j"$(nproc)" --target coresched-bench
 ./build/bench/coresched_bench/coresched-bench matrix --time 3 --runs 3 --json build/matrix.json "$@"
