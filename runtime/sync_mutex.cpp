@@ -9,15 +9,17 @@
 #include <coresched/sync.hpp>
 
 #include <immintrin.h>
-#include <cstdlib>
 
 namespace coresched {
 
 namespace {
 // Pauses spent polling a held mutex before queueing. A holder on another
 // worker often releases within a few hundred nanoseconds; parking costs a
-// switch and a wake-up.
-static const int kSpinPolls = [] { const char* e = std::getenv("SPIN"); return e ? std::atoi(e) : 32; }();
+// switch and a wake-up. Measured on the 2-CPU VM, two fibers on two workers
+// contending for one mutex (short critical sections): ~4.4 us per lock with no
+// spin, ~0.5 us with 32-256 polls; no difference with 8 fibers queueing.
+// The spin stops as soon as someone is queued (hand-off order).
+constexpr int kSpinPolls = 64;
 } // namespace
 
 void Mutex::lock_slow() {

@@ -668,7 +668,7 @@ TEST_CASE("sync: WaitGroup waits for every fiber, from a fiber and from a plain 
 
 TEST_CASE("sync: WaitGroup stress: repeated rounds of fibers never strand a waiter", "[sync][waitgroup][stress]") {
   Runtime rt(topo("core:2 pu:2"));
-  const int rounds = scaled(5'000);
+  const int rounds = scaled(2'000);
   std::atomic<std::uint64_t> progress{0};
   Watchdog dog("waitgroup rounds", progress);
   auto h = rt.spawn([&] {
