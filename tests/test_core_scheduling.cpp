@@ -6,6 +6,8 @@
 
 #include <coresched/coresched.hpp>
 
+#include "test_support.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -16,21 +18,12 @@
 
 using namespace coresched;
 using namespace std::chrono_literals;
+using test_support::stress_scale;
+using test_support::topo;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-Options topo(const char* spec, FairnessPolicy p = FairnessPolicy::core_vruntime) {
-  Options o;
-  o.topology = spec;
-  o.policy = p;
-  return o;
-}
 
-// Sanitizer builds scale the stress down (they run 5-50x slower); see README.
-double stress_scale() {
-  const char* s = std::getenv("CORESCHED_STRESS_SCALE");
-  return s ? std::atof(s) : 1.0;
-}
 
 void burn(std::chrono::microseconds d) {
   const auto until = Clock::now() + d;

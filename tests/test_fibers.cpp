@@ -2,6 +2,8 @@
 // Fibers: spawn/join, yield, exceptions, stealing, sleeping, shutdown, misuse.
 #include <coresched/coresched.hpp>
 
+#include "test_support.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -14,13 +16,10 @@
 
 using namespace coresched;
 using namespace std::chrono_literals;
+using test_support::stress_scale;
+using test_support::topo;
 
 namespace {
-Options topo(const char* spec) {
-  Options o;
-  o.topology = spec;
-  return o;
-}
 } // namespace
 
 TEST_CASE("100,000 fibers spawned and joined with correct results", "[fibers]") {

@@ -4,6 +4,8 @@
 #include <coresched/coresched.hpp>
 #include <coresched/io.hpp>
 
+#include "test_support.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
@@ -22,14 +24,11 @@
 
 using namespace coresched;
 using namespace std::chrono_literals;
+using test_support::stress_scale;
+using test_support::topo;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-Options topo(const char* spec) {
-  Options o;
-  o.topology = spec;
-  return o;
-}
 
 // A listening loopback socket on an ephemeral port.
 int listen_loopback(sockaddr_in& addr) {

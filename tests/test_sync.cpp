@@ -5,6 +5,8 @@
 #include <coresched/coresched.hpp>
 #include <coresched/sync.hpp>
 
+#include "test_support.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -22,19 +24,11 @@
 
 using namespace coresched;
 using namespace std::chrono_literals;
+using test_support::stress_scale;
+using test_support::topo;
 
 namespace {
-Options topo(const char* spec) {
-  Options o;
-  o.topology = spec;
-  return o;
-}
 
-// Sanitizer builds scale the stress down (they run 5-50x slower); see README.
-double stress_scale() {
-  const char* s = std::getenv("CORESCHED_STRESS_SCALE");
-  return s ? std::atof(s) : 1.0;
-}
 int scaled(int n) { return std::max(1, static_cast<int>(n * stress_scale())); }
 
 // A lost wake-up shows as a hang. Fail at once with a message instead of

@@ -26,11 +26,13 @@ for name, c in rows.items():
         assert mem["avg"] > 0 and mem["stdev"] >= 0, (name, mem)
 alone = rows["Alone"]["cpu_events_per_s"]["avg"]
 both = rows["both tagged"]
-# Different cookies share the core: each fiber gets about half of it.
+# Different cookies share the core: each fiber gets about half of it. Wide
+# bounds: the rows run at different moments on a possibly shared machine; the
+# failures they catch are co-running (~1.0) and starvation (~0).
 ratio_cpu = both["cpu_events_per_s"]["avg"] / alone
 ratio_mem = both["mem_mib_per_s"]["avg"] / rows["no tag"]["mem_mib_per_s"]["avg"]
-assert 0.3 <= ratio_cpu <= 0.7, f"both tagged cpu / Alone = {ratio_cpu:.2f}"
-assert 0.25 <= ratio_mem <= 0.8, f"both tagged mem / no tag mem = {ratio_mem:.2f}"
+assert 0.15 <= ratio_cpu <= 0.8, f"both tagged cpu / Alone = {ratio_cpu:.2f}"
+assert 0.15 <= ratio_mem <= 0.8, f"both tagged mem / no tag mem = {ratio_mem:.2f}"
 assert both["forced_idle_pct"]["avg"] > 30, both["forced_idle_pct"]
 assert rows["no tag"]["forced_idle_pct"]["avg"] < 5
 print(f"matrix JSON ok: both tagged cpu {ratio_cpu:.2f} of Alone, mem {ratio_mem:.2f} of no tag")
