@@ -27,6 +27,7 @@ CoreCoordinator::CoreCoordinator(unsigned index, const std::vector<unsigned>& wo
     s->worker = w;
     siblings_.push_back(std::move(s));
   }
+  single_pu_ = siblings_.size() == 1;
 }
 
 CoreCoordinator::CookieEntry& CoreCoordinator::entry(std::uint64_t cookie) {

@@ -88,7 +88,7 @@ public:
   const Sibling& sibling(unsigned s) const noexcept { return *siblings_[s]; }
   unsigned size() const noexcept { return static_cast<unsigned>(siblings_.size()); }
   unsigned index() const noexcept { return index_; }
-  bool single_pu() const noexcept { return siblings_.size() == 1; }
+  bool single_pu() const noexcept { return single_pu_; }
 
   // ---- under lock() ----
   /// Queues `f` on sibling `s` and wakes a sibling that can run it.
@@ -153,6 +153,7 @@ private:
   unsigned index_;
   CoreConfig cfg_;
   std::vector<std::unique_ptr<Sibling>> siblings_;
+  bool single_pu_ = false; // cached: read on every yield
   std::vector<CookieEntry> cookies_;
   std::uint64_t owner_ = kNoCookie;  // the core's current cookie (sticky while idle)
   std::uint64_t owner_since_ = 0;

@@ -11,8 +11,10 @@
 namespace coresched::this_fiber {
 
 namespace {
+// Reading the thread-local directly is safe here: no switch has happened yet
+// in this call. Code after a switch must use Worker::current().
 detail::Worker& require_fiber(const char* what) {
-  detail::Worker* w = detail::Worker::current();
+  detail::Worker* w = detail::tls_worker;
   if (!w || !w->in_task())
     throw UsageError(std::string("coresched::this_fiber::") + what + "() called outside a fiber");
   return *w;

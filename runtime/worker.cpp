@@ -16,8 +16,8 @@
 
 namespace coresched::detail {
 
-thread_local Worker* tls_worker = nullptr;
-thread_local std::atomic<bool>* tls_preempt = nullptr;
+constinit thread_local Worker* tls_worker = nullptr;
+constinit thread_local std::atomic<bool>* tls_preempt = nullptr;
 
 namespace {
 // Idle spinning: rounds of (pick, steal, a few pauses) before sleeping,
@@ -34,7 +34,8 @@ constexpr int kPausesPerRound = 8;
 
 Worker::Worker(Scheduler& sched, const PuInfo& pu, CoreCoordinator& core, unsigned sibling,
                SharedStackPool& stacks)
-    : sched_(sched), pu_(pu), core_(core), sibling_(sibling), stacks_(stacks) {
+    : sched_(sched), pu_(pu), index_(pu.index), core_(core), sibling_(sibling), sib_(&core.sibling(sibling)),
+      stacks_(stacks) {
   idle_ctx_.is_task = false;
   idle_ctx_.fresh = false;
 }
@@ -104,7 +105,7 @@ void Worker::thread_main() {
 
 void Worker::begin_run(Fiber* f) {
   f->state.store(FiberState::running, std::memory_order_relaxed);
-  f->last_worker = pu_.index;
+  f->last_worker = index_;
   switches.store(switches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   if (!seg_open_ || f->cookie != seg_cookie_) {
     const std::uint64_t now = now_ns();

@@ -29,8 +29,8 @@ class Worker;
 
 /// The calling thread's worker and its preempt flag (null on plain threads).
 /// Read them only where no fiber switch can intervene; elsewhere use Worker::current().
-extern thread_local Worker* tls_worker;
-extern thread_local std::atomic<bool>* tls_preempt;
+extern thread_local constinit Worker* tls_worker;
+extern thread_local constinit std::atomic<bool>* tls_preempt;
 
 class Worker {
 public:
@@ -73,7 +73,7 @@ public:
   unsigned sibling_index() const noexcept { return sibling_; }
   const PuInfo& pu() const noexcept { return pu_; }
   CoreCoordinator& core() noexcept { return core_; }
-  Sibling& sibling() noexcept { return core_.sibling(sibling_); }
+  Sibling& sibling() noexcept { return *sib_; }
 
   // ---- read by the scheduler and the ticker ----
   std::atomic<std::uint64_t> switches{0};
@@ -111,8 +111,10 @@ private:
 
   Scheduler& sched_;
   const PuInfo& pu_;
+  unsigned index_; // pu_.index, cached for the switch path
   CoreCoordinator& core_;
   unsigned sibling_;
+  Sibling* sib_; // this PU's slot in its core (cached: read on every yield)
   StackPool stacks_;
   std::thread thread_;
   IoRing ring_;
