@@ -49,43 +49,52 @@ int PlacementIndex::classify(std::uint64_t cookie, unsigned worker) const noexce
   return running == cookie || running == kNoCookie ? 2 : 0;
 }
 
-unsigned PlacementIndex::choose_by_mask(std::uint64_t cookie, unsigned prev) const {
-  const PuInfo& from = topo_.pus()[prev];
-  const Llc& l = llcs_[from.llc];
+unsigned PlacementIndex::choose_by_mask(std::uint64_t cookie, unsigned llc, unsigned core_bit,
+                                        unsigned pu_bit) const {
+  const Llc& l = llcs_[llc];
   // A wholly idle core: a word or two, then a check that the bit is not stale.
   auto whole = [&](unsigned core) {
     for (unsigned pu : topo_.cores()[core].pus)
       if (classify(cookie, pu) == 1) return pu;
     return kNone;
   };
-  const int core_bit = l.idle_cores.find_from(core_bit_[from.core], [&](unsigned b) { return whole(l.cores[b]) != kNone; });
-  if (core_bit >= 0) return whole(l.cores[static_cast<unsigned>(core_bit)]);
+  const int cb = l.idle_cores.find_from(core_bit, [&](unsigned b) { return whole(l.cores[b]) != kNone; });
+  if (cb >= 0) return whole(l.cores[static_cast<unsigned>(cb)]);
   // Then an idle PU whose core already runs this cookie.
-  const int bit = l.idle_pus.find_from(pu_bit_[prev], [&](unsigned b) { return classify(cookie, l.workers[b]) == 2; });
+  const int bit = l.idle_pus.find_from(pu_bit, [&](unsigned b) { return classify(cookie, l.workers[b]) == 2; });
   return bit >= 0 ? l.workers[static_cast<unsigned>(bit)] : kNone;
 }
 
-unsigned PlacementIndex::choose_by_scan(std::uint64_t cookie, unsigned prev) const {
-  const PuInfo& from = topo_.pus()[prev];
-  const Llc& l = llcs_[from.llc];
+unsigned PlacementIndex::choose_by_scan(std::uint64_t cookie, unsigned llc, unsigned core_bit,
+                                        unsigned pu_bit) const {
+  const Llc& l = llcs_[llc];
   const auto n = static_cast<unsigned>(l.workers.size());
-  unsigned second = kNone;
-  // Same order as the mask: cores from prev's core, then PUs from prev.
+  // Same order as the mask: cores from the start core, then PUs from the start PU.
   for (unsigned i = 0; i < l.cores.size(); ++i) {
-    const unsigned core = l.cores[(core_bit_[from.core] + i) % l.cores.size()];
+    const unsigned core = l.cores[(core_bit + i) % l.cores.size()];
     for (unsigned pu : topo_.cores()[core].pus)
       if (classify(cookie, pu) == 1) return pu;
   }
-  for (unsigned i = 0; i < n && second == kNone; ++i) {
-    const unsigned pu = l.workers[(pu_bit_[prev] + i) % n];
-    if (classify(cookie, pu) == 2) second = pu;
+  for (unsigned i = 0; i < n; ++i) {
+    const unsigned pu = l.workers[(pu_bit + i) % n];
+    if (classify(cookie, pu) == 2) return pu;
   }
-  return second;
+  return kNone;
 }
 
 unsigned PlacementIndex::choose(std::uint64_t cookie, unsigned prev, Placement how) const {
   if (classify(cookie, prev) != 0) return prev; // cache-warm and free
-  return how == Placement::mask ? choose_by_mask(cookie, prev) : choose_by_scan(cookie, prev);
+  const PuInfo& from = topo_.pus()[prev];
+  auto search = [&](unsigned llc, unsigned core_bit, unsigned pu_bit) {
+    return how == Placement::mask ? choose_by_mask(cookie, llc, core_bit, pu_bit)
+                                  : choose_by_scan(cookie, llc, core_bit, pu_bit);
+  };
+  unsigned w = search(from.llc, core_bit_[from.core], pu_bit_[prev]);
+  // Nothing idle in its own LLC: an idle worker in another LLC beats queueing
+  // behind a busy one (on machines whose every core is its own LLC, like the
+  // development VM, this is the only way to reach another core).
+  for (unsigned i = 1; w == kNone && i < llcs_.size(); ++i) w = search((from.llc + i) % llc_count(), 0, 0);
+  return w;
 }
 
 } // namespace coresched::detail

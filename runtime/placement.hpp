@@ -2,7 +2,8 @@
 // Wakeup placement (seed 001). Per LLC, two atomic bitmasks: idle workers, and
 // wholly idle cores. A woken fiber goes, in order, to: its previous worker if
 // idle; a wholly idle core of its LLC; an idle PU whose core already runs its
-// cookie. An idle PU whose core runs another cookie could only be forced idle,
+// cookie; failing those, the same in the other LLCs, nearest first. An idle PU
+// whose core runs another cookie could only be forced idle,
 // so it is never chosen. Both searches start at the previous worker's place
 // and wrap around, as the kernel's select_idle_cpu does. `scan` walks every worker instead, as the kernel did
 // before the idle mask, so the two can be compared; both choose the same PU.
@@ -55,8 +56,8 @@ private:
   /// 0: unsuitable; 1: idle PU on a wholly idle core; 2: idle PU whose core runs `cookie`.
   int classify(std::uint64_t cookie, unsigned worker) const noexcept;
   bool core_idle(unsigned core) const noexcept;
-  unsigned choose_by_mask(std::uint64_t cookie, unsigned prev) const;
-  unsigned choose_by_scan(std::uint64_t cookie, unsigned prev) const;
+  unsigned choose_by_mask(std::uint64_t cookie, unsigned llc, unsigned core_bit, unsigned pu_bit) const;
+  unsigned choose_by_scan(std::uint64_t cookie, unsigned llc, unsigned core_bit, unsigned pu_bit) const;
 
   const Topology& topo_;
   std::vector<CoreCoordinator*> cores_;

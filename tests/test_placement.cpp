@@ -98,3 +98,11 @@ TEST_CASE("mask and scan choose equally on random states up to 192 PUs", "[place
     }
   }
 }
+
+TEST_CASE("placement looks in other LLCs when its own has no idle PU", "[placement]") {
+  Machine m("package:1 l3cache:2 core:2 pu:2");
+  for (unsigned pu = 0; pu < 8; ++pu) m.busy(pu, B);
+  m.idle(6);
+  m.idle(7); // core 3, in the other LLC, wholly idle
+  CHECK(m.both(A, 1) == 6);
+}

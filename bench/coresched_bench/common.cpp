@@ -8,7 +8,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
+#include <thread>
 
 namespace coresched::bench {
 
@@ -51,6 +54,23 @@ std::vector<unsigned> cpus_of(const Topology& t, const std::vector<unsigned>& pu
   return cpus;
 }
 
+Options runtime_options(const std::string& topology, std::optional<FairnessPolicy> policy,
+                        std::optional<Placement> placement) {
+  Options o;
+  o.topology = topology;
+  if (policy) o.policy = *policy;
+  if (placement) o.placement = *placement;
+  return o;
+}
+
+std::string smt_topology(std::string_view bench, const std::string& requested) {
+  if (!requested.empty() || first_smt_core(Topology::discover(""))) return requested;
+  std::fprintf(stderr, "coresched-bench %.*s: this machine's topology has no core with two PUs (no SMT); using "
+                       "SYNTHETIC siblings \"%s\" mapped onto real CPUs.\n",
+               static_cast<int>(bench.size()), bench.data(), synthetic_smt_topology);
+  return synthetic_smt_topology;
+}
+
 // ------------------------------------------------------------------ output
 
 void print_header(std::string_view bench, const Runtime& rt,
@@ -79,6 +99,36 @@ void progress_end(const std::string& result) { std::fprintf(stderr, "%s\n", resu
 void progress_line(std::string_view bench, const std::string& what) {
   progress_begin(bench, what);
   progress_end("");
+}
+
+void run_with_progress(std::string_view bench, double expected_s, const std::function<std::string()>& status,
+                       const std::function<void()>& body) {
+  constexpr double quiet_below_s = 3; // a short run's result comes before anyone wonders
+  if (expected_s <= quiet_below_s) return body();
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread ticker([&] {
+    const auto start = std::chrono::steady_clock::now();
+    std::unique_lock lk(m);
+    for (int tick = 1; !cv.wait_for(lk, start + std::chrono::seconds(tick) - std::chrono::steady_clock::now(),
+                                    [&] { return done; });
+         ++tick)
+      progress_line(bench, fmt::format("{}/{} s {}", tick, expected_s, status()));
+  });
+  // Stop the ticker even if the body throws, or its destructor would terminate.
+  struct Stop {
+    std::mutex& m;
+    std::condition_variable& cv;
+    bool& done;
+    std::thread& t;
+    ~Stop() {
+      { std::lock_guard g(m); done = true; }
+      cv.notify_one();
+      t.join();
+    }
+  } stop{m, cv, done, ticker};
+  body();
 }
 
 Table::Table(std::vector<std::string> headers) { rows_.push_back(std::move(headers)); }
@@ -230,6 +280,19 @@ JsonWriter& JsonWriter::summary(std::string_view k, const Summary& s, std::strin
   return end_object();
 }
 
+void write_latency(JsonWriter& j, std::string_view k, const LatencySummary& s, std::string_view unit) {
+  j.key(k).begin_object();
+  j.field("count", s.count).field("min", s.min).field("max", s.max).field("avg", s.avg);
+  j.field("stdev", s.stdev).field("stdev_mean", s.stdev_mean);
+  j.key("percentiles").begin_object();
+  for (const auto& [p, v] : s.percentiles) j.field(percentile_name(p), v);
+  j.end_object();
+  j.field("unit", unit);
+  j.end_object();
+}
+
+std::string percentile_name(double p) { return fmt::format("p{}", p); }
+
 void write_topology(JsonWriter& j, const Topology& t, const std::vector<unsigned>& pus_used) {
   const char* src = t.source() == Topology::Source::machine ? "machine"
                     : t.source() == Topology::Source::xml   ? "xml"
@@ -245,6 +308,16 @@ void write_topology(JsonWriter& j, const Topology& t, const std::vector<unsigned
   j.field("pus_total", static_cast<unsigned>(t.pus().size()));
   j.field("cores_used", cores).field("pus_used", pus_used).field("cpus_used", cpus_of(t, pus_used));
   j.end_object();
+}
+
+void write_run_head(JsonWriter& j, std::string_view bench, const Runtime& rt) {
+  const auto& o = rt.options();
+  j.field("benchmark", bench).field("coresched_version", CORESCHED_VERSION);
+  std::vector<unsigned> all(rt.topology().pus().size());
+  for (unsigned i = 0; i < all.size(); ++i) all[i] = i;
+  write_topology(j, rt.topology(), all);
+  j.field("policy", to_string(o.policy)).field("wakeup_placement", to_string(o.placement));
+  j.field("slice_us", static_cast<std::uint64_t>(o.slice.count()));
 }
 
 bool can_write(const std::string& path, std::string& err) {
@@ -263,6 +336,20 @@ bool write_file(const std::string& path, const std::string& text, std::string& e
     return false;
   }
   return true;
+}
+
+bool check_json_path(std::string_view bench, const std::string& path) {
+  std::string err;
+  if (path.empty() || can_write(path, err)) return true;
+  std::fprintf(stderr, "coresched-bench %.*s: %s\n", static_cast<int>(bench.size()), bench.data(), err.c_str());
+  return false;
+}
+
+bool save_json(std::string_view bench, const std::string& path, const JsonWriter& j) {
+  std::string err;
+  if (path.empty() || write_file(path, j.str(), err)) return true;
+  std::fprintf(stderr, "coresched-bench %.*s: %s\n", static_cast<int>(bench.size()), bench.data(), err.c_str());
+  return false;
 }
 
 } // namespace coresched::bench

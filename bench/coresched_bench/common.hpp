@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file common.hpp
-/// What every coresched-bench subcommand shares: statistics, the header, the
-/// result table, progress lines and a small JSON writer.
+/// What every coresched-bench subcommand shares: statistics, runtime options
+/// and topology fallback, the header, the result table, progress lines, a
+/// small JSON writer, and the driver of runs that compare runtime variants.
+
+#include "latency_stats.hpp"
 
 #include <coresched/coresched.hpp>
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -45,6 +50,34 @@ std::string join_list(const std::vector<unsigned>& xs);
 /// The real CPUs behind some PUs.
 std::vector<unsigned> cpus_of(const Topology& t, const std::vector<unsigned>& pus);
 
+/// Runtime options from the settings every subcommand has (unset: defaults).
+Options runtime_options(const std::string& topology, std::optional<FairnessPolicy> policy,
+                        std::optional<Placement> placement);
+
+/// The runtimes of a run: `base` alone, or with --compare one copy of it per
+/// value of `field` (mask then scan; core_vruntime then forceidle_balance).
+template <class T>
+std::vector<Options> variants(const Options& base, bool compare, T Options::*field, std::initializer_list<T> values) {
+  if (!compare) return {base};
+  std::vector<Options> out;
+  for (const T& v : values) {
+    out.push_back(base);
+    out.back().*field = v;
+  }
+  return out;
+}
+
+/// The synthetic machine used where the real one has no SMT: one core of two
+/// sibling PUs, mapped onto two real CPUs.
+inline constexpr const char* synthetic_smt_topology = "package:1 l3cache:1 core:1 pu:2";
+
+/// The topology spec for a benchmark that needs SMT siblings: `requested` when
+/// given; else "" (the real machine, or CORESCHED_TOPOLOGY) if that has a core
+/// with two PUs; else synthetic_smt_topology, with a note on stderr. The main
+/// job runs on whatever machine it lands on, and without siblings a
+/// core-scheduling benchmark has nothing to measure.
+std::string smt_topology(std::string_view bench, const std::string& requested);
+
 // ------------------------------------------------------------------ output
 
 /// Prints the run header on stdout, each line starting with "# " so the table
@@ -58,6 +91,13 @@ void print_header(std::string_view bench, const Runtime& rt,
 void progress_begin(std::string_view bench, const std::string& what);
 void progress_end(const std::string& result);
 void progress_line(std::string_view bench, const std::string& what);
+
+/// Runs `body` on this thread. If it should take more than a few seconds
+/// (`expected_s`), a helper thread meanwhile prints "[bench] t/expected s
+/// <status()>" on stderr every second, so a long run shows it is alive.
+/// `status` is called from that thread: it must only read atomics.
+void run_with_progress(std::string_view bench, double expected_s, const std::function<std::string()>& status,
+                       const std::function<void()>& body);
 
 /// A plain text table: first column left-aligned, the others right-aligned.
 class Table {
@@ -114,9 +154,20 @@ private:
   bool after_key_ = false;
 };
 
+/// A latency object: count, min, max, avg, stdev (population), stdev_mean,
+/// the percentiles as "p50", "p99.5", ... and the unit.
+void write_latency(JsonWriter& j, std::string_view k, const LatencySummary& s, std::string_view unit);
+
+/// "p50", "p99.5": the name of a percentile in tables and JSON.
+std::string percentile_name(double p);
+
 /// The topology block every result file carries: source, spec, real_siblings,
 /// description, and the cores/PUs/CPUs the benchmark used.
 void write_topology(JsonWriter& j, const Topology& t, const std::vector<unsigned>& pus_used);
+
+/// The fields every result file starts with: benchmark, coresched_version,
+/// the topology block (all PUs used), policy, wakeup_placement and slice_us.
+void write_run_head(JsonWriter& j, std::string_view bench, const Runtime& rt);
 
 /// Checks before a long benchmark that the result file can be written (opens
 /// it for append: an existing file is left as it is until the final write).
@@ -124,5 +175,44 @@ bool can_write(const std::string& path, std::string& err);
 
 /// Writes text to a file; on failure returns false with the reason in `err`.
 bool write_file(const std::string& path, const std::string& text, std::string& err);
+
+/// can_write() for an optional --json path (empty: nothing to check); prints
+/// "coresched-bench BENCH: reason" on failure.
+bool check_json_path(std::string_view bench, const std::string& path);
+
+/// write_file() for an optional --json path (empty: nothing to write); prints
+/// the reason on failure.
+bool save_json(std::string_view bench, const std::string& path, const JsonWriter& j);
+
+// ------------------------------------------------------------------ driver
+
+/// The shape of a benchmark that measures once per runtime variant (--compare
+/// runs two): checks the --json path first; builds each runtime in turn (its
+/// options are fixed at construction, and two at once would fight over the
+/// CPUs); on the first, prints the header (`header`) and writes the JSON head;
+/// measures each (`measure`, which prints its own result); then `finish`
+/// prints any comparison and writes the rest of the JSON, returning whether
+/// the results are sound. Returns the exit status.
+template <class R>
+int run_variants(std::string_view bench, const std::string& json_path, const std::vector<Options>& variants,
+                 const std::function<void(const Runtime&)>& header, const std::function<R(Runtime&)>& measure,
+                 const std::function<bool(JsonWriter&, const std::vector<R>&)>& finish) {
+  if (!check_json_path(bench, json_path)) return exit_setup;
+  JsonWriter j;
+  j.begin_object();
+  std::vector<R> results;
+  for (const auto& o : variants) {
+    Runtime rt(o);
+    if (results.empty()) {
+      header(rt);
+      write_run_head(j, bench, rt);
+    }
+    results.push_back(measure(rt));
+  }
+  const bool sound = finish(j, results);
+  j.end_object();
+  const bool saved = save_json(bench, json_path, j);
+  return sound && saved ? 0 : exit_failure;
+}
 
 } // namespace coresched::bench

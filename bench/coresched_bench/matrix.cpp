@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // `coresched-bench matrix`: seed 000's sysbench matrix on one core's siblings.
+#include "cli_options.hpp"
 #include "commands.hpp"
 #include "matrix.hpp"
 
@@ -24,16 +25,6 @@ CLI::Validator multiple_of_8() {
       "MULTIPLE OF 8");
 }
 
-CLI::Validator positive_seconds() {
-  return CLI::Validator(
-      [](std::string& v) {
-        double d = 0;
-        const bool ok = CLI::detail::lexical_cast(v, d) && d > 0 && d <= 1e6;
-        return ok ? std::string() : std::string("must be a number of seconds above 0");
-      },
-      "SECONDS");
-}
-
 void add_options(CLI::App& sub, Settings& s) {
   sub.add_option_function<unsigned>("--core", [&s](unsigned c) { s.core = c; },
                                     "Core to run on (default: the first core with two or more PUs)");
@@ -48,21 +39,13 @@ void add_options(CLI::App& sub, Settings& s) {
                  "Shared buffer the memory events walk through, block by block (K/M/G; equal to the block size "
                  "reproduces sysbench, which rewrites one block)")
       ->default_str("64M")->transform(CLI::AsSizeValue(false))->check(multiple_of_8());
-  sub.add_option("--topology", s.topology,
-                 "Topology: an hwloc synthetic string such as \"package:1 l3cache:1 core:1 pu:2\", an .xml "
-                 "file, or empty for CORESCHED_TOPOLOGY / the real machine");
-  sub.add_option_function<std::string>(
-         "--policy",
-         [&s](const std::string& p) {
-           s.policy = p == "forceidle_balance" ? FairnessPolicy::forceidle_balance : FairnessPolicy::core_vruntime;
-         },
-         "Fairness policy between cookies on a core (default: core_vruntime)")
-      ->check(CLI::IsMember({to_string(FairnessPolicy::core_vruntime), to_string(FairnessPolicy::forceidle_balance)}));
+  add_topology_option(sub, s.topology, true);
+  add_policy_option(sub, s.policy);
   std::vector<std::string> names;
   for (const auto& c : configs) names.emplace_back(c.name);
   sub.add_option("--config", s.only, "Run only these configurations (repeatable; default: all)")
       ->check(CLI::IsMember(names));
-  sub.add_option("--json", s.json_path, "Also write every figure, with units and per-run values, to FILE");
+  add_json_option(sub, s.json_path);
   sub.add_flag("--compare-sysbench", s.compare_sysbench,
                "Also run sysbench (if in PATH) pinned with taskset for Alone and nosmt, and print our/their ratio");
   sub.add_flag("--compare-kernel", s.compare_kernel,
@@ -184,17 +167,8 @@ int run(const Settings& s) {
     std::fprintf(stderr, "coresched-bench matrix: %s\n", err.c_str());
     return exit_setup;
   }
-  Options opts;
-  opts.topology = s.topology;
-  if (s.policy) opts.policy = *s.policy;
-  // The main job runs this on whatever machine it lands on: without SMT
-  // siblings there is nothing to measure, so fall back to synthetic siblings
-  // (mapped onto two real CPUs) and say so plainly.
-  if (s.topology.empty() && !s.core && !first_smt_core(Topology::discover(""))) {
-    opts.topology = "package:1 l3cache:1 core:1 pu:2";
-    std::fprintf(stderr, "coresched-bench matrix: this machine's topology has no core with two PUs (no SMT); "
-                         "using SYNTHETIC siblings \"%s\" mapped onto real CPUs.\n", opts.topology.c_str());
-  }
+  // A core named with --core is the user's choice: no fallback then.
+  const Options opts = runtime_options(s.core ? s.topology : smt_topology("matrix", s.topology), s.policy, {});
   auto rt_owner = std::make_unique<Runtime>(opts); // one runtime for every run, as one long-lived process would be
   Runtime& rt = *rt_owner;
   const auto place = choose_place(s, rt.topology());

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "cli_options.hpp"
+#include "common.hpp"
+
+namespace coresched::bench {
+
+CLI::Validator positive_seconds() {
+  return CLI::Validator(
+      [](std::string& v) {
+        double d = 0;
+        const bool ok = CLI::detail::lexical_cast(v, d) && d > 0 && d <= 1e6;
+        return ok ? std::string() : std::string("must be a number of seconds above 0");
+      },
+      "SECONDS");
+}
+
+CLI::Option* add_topology_option(CLI::App& sub, std::string& topology, bool smt_fallback) {
+  std::string help = "Topology: an hwloc synthetic string such as \"package:1 l3cache:1 core:1 pu:2\", an .xml "
+                     "file, or empty for CORESCHED_TOPOLOGY / the real machine";
+  if (smt_fallback) help += std::string(" (which, without SMT, falls back to \"") + synthetic_smt_topology + "\")";
+  return sub.add_option("--topology", topology, help);
+}
+
+CLI::Option* add_policy_option(CLI::App& sub, std::optional<FairnessPolicy>& policy) {
+  return sub
+      .add_option_function<std::string>(
+          "--policy",
+          [&policy](const std::string& p) {
+            policy = p == "forceidle_balance" ? FairnessPolicy::forceidle_balance : FairnessPolicy::core_vruntime;
+          },
+          "Fairness policy between cookies on a core (default: core_vruntime)")
+      ->check(CLI::IsMember({to_string(FairnessPolicy::core_vruntime), to_string(FairnessPolicy::forceidle_balance)}));
+}
+
+CLI::Option* add_placement_option(CLI::App& sub, std::optional<Placement>& placement) {
+  return sub
+      .add_option_function<std::string>(
+          "--placement",
+          [&placement](const std::string& p) { placement = p == "scan" ? Placement::scan : Placement::mask; },
+          "How a woken fiber finds an idle worker: mask (per-LLC idle bitmask) or scan (visit every worker); "
+          "default: mask")
+      ->check(CLI::IsMember({to_string(Placement::mask), to_string(Placement::scan)}));
+}
+
+CLI::Option* add_json_option(CLI::App& sub, std::string& path) {
+  return sub.add_option("--json", path, "Also write every figure, with units and per-run values, to FILE");
+}
+
+} // namespace coresched::bench

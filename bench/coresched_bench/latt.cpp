@@ -1,0 +1,402 @@
+// SPDX-License-Identifier: Apache-2.0
+// `coresched-bench latt`: seed 003's wakeup-latency tester on fibers. A waker
+// sleeps a random interval, then sends a timestamp to every client; each client
+// records how long its wake-up took, then compresses 64 KiB with zlib and
+// records how long that took.
+#include "cli_options.hpp"
+#include "commands.hpp"
+#include "common.hpp"
+
+#include <coresched/sync.hpp>
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace coresched::bench::latt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int zlib_level = 7; // latt's
+constexpr double percentiles[] = {50, 90, 99};
+
+struct Settings {
+  unsigned clients = 8;
+  double min_wait_ms = 100;
+  double max_wait_ms = 500;
+  unsigned work_kb = 64;
+  double time_s = 10;
+  std::optional<std::uint64_t> rounds; ///< --runs: stop after this many wake rounds instead of --time
+  unsigned load_fibers = 0;
+  bool tag_load = false;
+  std::string load_cmd;
+  std::string topology;
+  std::optional<FairnessPolicy> policy;
+  std::optional<Placement> placement;
+  std::string json_path;
+};
+
+// ------------------------------------------------------------------ command line
+
+void add_options(CLI::App& sub, Settings& s) {
+  sub.add_option("-c,--clients", s.clients, "Client fibers, each woken through its own channel")
+      ->capture_default_str()->check(CLI::Range(1u, 100000u));
+  sub.add_option("--min-wait", s.min_wait_ms, "Shortest sleep of the waker between wake rounds, ms")
+      ->capture_default_str()->check(CLI::Range(0.0, 1e6));
+  sub.add_option("--max-wait", s.max_wait_ms, "Longest sleep of the waker between wake rounds, ms")
+      ->capture_default_str()->check(CLI::Range(0.0, 1e6));
+  sub.add_option("--work-kb", s.work_kb, "KiB each client compresses (zlib level 7) after each wake-up; 0: none")
+      ->capture_default_str()->check(CLI::Range(0u, 1u << 20));
+  sub.add_option("--time", s.time_s, "Seconds to run (the last round starts before this)")
+      ->capture_default_str()->check(positive_seconds());
+  sub.add_option_function<std::uint64_t>("--runs", [&s](std::uint64_t n) { s.rounds = n; },
+                                         "Stop after this many wake rounds instead of after --time")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
+  sub.add_option("--load-fibers", s.load_fibers, "CPU-bound background fibers in the same runtime")
+      ->capture_default_str()->check(CLI::Range(0u, 100000u));
+  sub.add_flag("--tag-load", s.tag_load,
+               "Give the background fibers a cookie of their own (the clients stay untagged), so on SMT cores "
+               "they cannot share a core with the clients");
+  sub.add_option("--load-cmd", s.load_cmd,
+                 "Background load as a process: `/bin/sh -c CMD`, started before the measurement and killed (with "
+                 "its process group) after it; its stdout goes to our stderr");
+  add_topology_option(sub, s.topology, false);
+  add_policy_option(sub, s.policy);
+  add_placement_option(sub, s.placement);
+  add_json_option(sub, s.json_path);
+}
+
+// ------------------------------------------------------------------ the work
+
+/// The buffer every client compresses: pseudo-random over a small alphabet,
+/// so it compresses about as well as text, and the same in every run.
+std::vector<unsigned char> make_input(std::size_t bytes) {
+  static constexpr char alphabet[] = "etaoin shrdlucmf";
+  std::vector<unsigned char> in(bytes);
+  std::uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (auto& b : in) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17; // xorshift64
+    b = static_cast<unsigned char>(alphabet[x % 16]);
+  }
+  return in;
+}
+
+/// One client's zlib stream at latt's level, set up once and reset for each
+/// compression: the work is deflate itself, not deflateInit's quarter
+/// megabyte of fresh, page-faulting buffers.
+class Compressor {
+public:
+  explicit Compressor(std::size_t input_bytes) : out_(::compressBound(static_cast<uLong>(input_bytes))) {
+    if (::deflateInit(&z_, zlib_level) != Z_OK) throw std::runtime_error("zlib: deflateInit failed");
+  }
+  Compressor(const Compressor&) = delete;
+  Compressor& operator=(const Compressor&) = delete;
+  ~Compressor() { ::deflateEnd(&z_); }
+
+  /// Compresses `in`; returns the compressed size, 0 on a zlib error. The
+  /// input goes in slices with a preemption point between them: latt's
+  /// clients are processes the kernel preempts, and a fiber that compressed
+  /// for milliseconds without one would make other clients' wake-ups wait.
+  std::size_t compress(const std::vector<unsigned char>& in) {
+    constexpr std::size_t slice_bytes = 8 * 1024; // a few hundred microseconds of deflate at most
+    if (::deflateReset(&z_) != Z_OK) return 0;
+    z_.next_out = out_.data();
+    z_.avail_out = static_cast<uInt>(out_.size());
+    for (std::size_t off = 0;;) {
+      const std::size_t n = std::min(slice_bytes, in.size() - off);
+      z_.next_in = const_cast<Bytef*>(in.data() + off); // zlib's API predates const
+      z_.avail_in = static_cast<uInt>(n);
+      off += n;
+      const bool last = off == in.size();
+      const int rc = ::deflate(&z_, last ? Z_FINISH : Z_NO_FLUSH);
+      if (last) return rc == Z_STREAM_END ? z_.total_out : 0;
+      if (rc != Z_OK) return 0;
+      this_fiber::preempt_point();
+    }
+  }
+
+private:
+  z_stream z_{};
+  std::vector<unsigned char> out_;
+};
+
+// ------------------------------------------------------------------ background process
+
+/// `/bin/sh -c CMD` in a process group of its own, so that make -j4 and its
+/// children all go when we kill the group.
+class LoadProcess {
+public:
+  explicit LoadProcess(const std::string& cmd) {
+    posix_spawnattr_t attr;
+    posix_spawn_file_actions_t fa;
+    ::posix_spawnattr_init(&attr);
+    ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    ::posix_spawnattr_setpgroup(&attr, 0);
+    ::posix_spawn_file_actions_init(&fa);
+    ::posix_spawn_file_actions_adddup2(&fa, STDERR_FILENO, STDOUT_FILENO); // our stdout holds only the results
+    const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+    const int rc = ::posix_spawn(&pid_, "/bin/sh", &fa, &attr, const_cast<char* const*>(argv), environ);
+    ::posix_spawn_file_actions_destroy(&fa);
+    ::posix_spawnattr_destroy(&attr);
+    if (rc != 0) throw std::runtime_error(fmt::format("cannot start `{}`: {}", cmd, std::strerror(rc)));
+  }
+  LoadProcess(const LoadProcess&) = delete;
+  LoadProcess& operator=(const LoadProcess&) = delete;
+  ~LoadProcess() { stop(); }
+
+  /// Kills the group (SIGTERM, then SIGKILL after a grace period) and reaps
+  /// the shell. Returns whether it had already exited on its own.
+  bool stop() {
+    if (pid_ <= 0) return exited_early_;
+    int status = 0;
+    exited_early_ = ::waitpid(pid_, &status, WNOHANG) == pid_;
+    if (!exited_early_) {
+      ::kill(-pid_, SIGTERM);
+      if (!reaped_within(std::chrono::seconds(2))) {
+        ::kill(-pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
+      }
+    }
+    ::kill(-pid_, SIGKILL); // whatever the shell left behind in its group
+    pid_ = -1;
+    return exited_early_;
+  }
+
+private:
+  bool reaped_within(std::chrono::milliseconds grace) {
+    const auto end = Clock::now() + grace;
+    int status = 0;
+    while (::waitpid(pid_, &status, WNOHANG) == 0) {
+      if (Clock::now() > end) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return true;
+  }
+
+  pid_t pid_ = -1;
+  bool exited_early_ = false;
+};
+
+// ------------------------------------------------------------------ the measurement
+
+struct ClientResult {
+  LatencyRecorder wakeup, work;
+  std::uint64_t bad_outputs = 0; ///< compressions whose size differs from the reference
+};
+
+struct Measurement {
+  LatencyRecorder wakeup, work;
+  std::uint64_t rounds = 0;
+  std::uint64_t bad_outputs = 0;
+  double elapsed_s = 0;
+};
+
+/// One client: waits on its own channel (one channel per client, so a wake-up
+/// is one client's, not a thundering herd's), records the delay since the
+/// stamp, then does the work and records its time.
+ClientResult client(Channel<Clock::time_point>& ch, const std::vector<unsigned char>& in, std::size_t expected,
+                    std::atomic<std::uint64_t>& entries) {
+  Compressor zip(in.size());
+  ClientResult r;
+  while (const auto stamp = ch.recv()) {
+    const auto woke = Clock::now();
+    r.wakeup.add(micros(woke - *stamp));
+    if (zip.compress(in) != expected) ++r.bad_outputs;
+    r.work.add(micros(Clock::now() - woke));
+    entries.fetch_add(1, std::memory_order_relaxed);
+  }
+  return r;
+}
+
+/// The waker: sleeps a random interval, then stamps and sends to each client
+/// in turn (a stamp per send, so each client's delay is its own). Closes the
+/// channels at the end, which ends the clients. Returns the rounds done.
+std::uint64_t waker(std::vector<std::unique_ptr<Channel<Clock::time_point>>>& chans, const Settings& s,
+                    Clock::time_point deadline) {
+  std::mt19937_64 rng(3); // fixed: every run sleeps the same sequence
+  std::uniform_real_distribution<double> wait_ms(s.min_wait_ms, s.max_wait_ms);
+  std::uint64_t round = 0;
+  for (; !s.rounds || round < *s.rounds; ++round) {
+    const auto at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double, std::milli>(wait_ms(rng)));
+    if (!s.rounds && at > deadline) break;
+    this_fiber::sleep_until(at);
+    for (auto& ch : chans) ch->send(Clock::now());
+  }
+  for (auto& ch : chans) ch->close();
+  return round;
+}
+
+/// A CPU-bound background fiber: arithmetic with a preemption point every
+/// few microseconds, until told to stop.
+std::uint64_t burn(const std::atomic<bool>& stop) {
+  std::uint64_t x = 1;
+  while (!stop.load(std::memory_order_relaxed)) {
+    for (int i = 0; i < 4096; ++i) x = x * 6364136223846793005ull + 1442695040888963407ull;
+    this_fiber::preempt_point();
+  }
+  return x; // returned so the loop is not optimized away
+}
+
+/// The background fibers, busy until `stop`; with --tag-load under a cookie
+/// of their own (spawned from this plain thread, the others are untagged).
+std::vector<JoinHandle<std::uint64_t>> spawn_load(Runtime& rt, const Settings& s, const std::atomic<bool>& stop) {
+  const Cookie cookie = s.tag_load ? Cookie::create() : Cookie{};
+  std::vector<JoinHandle<std::uint64_t>> load;
+  for (unsigned i = 0; i < s.load_fibers; ++i)
+    load.push_back(rt.spawn([&stop] { return burn(stop); }, {.cookie = cookie}));
+  return load;
+}
+
+struct Clients {
+  std::vector<std::unique_ptr<Channel<Clock::time_point>>> channels; ///< one per client
+  std::vector<JoinHandle<ClientResult>> fibers;
+};
+
+Clients spawn_clients(Runtime& rt, const Settings& s, const std::vector<unsigned char>& in, std::size_t expected,
+                      std::atomic<std::uint64_t>& entries) {
+  Clients c;
+  for (unsigned i = 0; i < s.clients; ++i) {
+    // Room for a few stamps: a client still busy with its work must not hold
+    // up the waker's sends to the others.
+    auto& ch = *c.channels.emplace_back(std::make_unique<Channel<Clock::time_point>>(4));
+    c.fibers.push_back(rt.spawn([&ch, &in, expected, &entries] { return client(ch, in, expected, entries); }));
+  }
+  return c;
+}
+
+Measurement measure(Runtime& rt, const Settings& s, const std::vector<unsigned char>& in, std::size_t expected) {
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> entries{0};
+  auto load = spawn_load(rt, s, stop);
+  Clients clients = spawn_clients(rt, s, in, expected, entries);
+  Measurement m;
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s.time_s));
+  const double mean_wait_s = (s.min_wait_ms + s.max_wait_ms) / 2000;
+  const double expected_s = s.rounds ? static_cast<double>(*s.rounds) * mean_wait_s : s.time_s;
+  run_with_progress("latt", expected_s, [&] { return fmt::format("{} entries", entries.load()); }, [&] {
+    m.rounds = rt.spawn([&] { return waker(clients.channels, s, deadline); }).join();
+    for (auto& c : clients.fibers) {
+      const ClientResult r = c.join();
+      m.wakeup.merge(r.wakeup);
+      m.work.merge(r.work);
+      m.bad_outputs += r.bad_outputs;
+    }
+  });
+  m.elapsed_s = seconds(Clock::now() - start);
+  stop = true;
+  for (auto& l : load) l.join();
+  return m;
+}
+
+// ------------------------------------------------------------------ output
+
+void print_latt_header(const Settings& s, const Runtime& rt, std::size_t compressed) {
+  const auto& o = rt.options();
+  std::string load = fmt::format("{} CPU-bound fiber(s){}", s.load_fibers,
+                                 s.load_fibers && s.tag_load ? " with their own cookie" : "");
+  if (!s.load_cmd.empty()) load += fmt::format("; process `{}`", s.load_cmd);
+  print_header("latt", rt, {
+      {"policy", to_string(o.policy)},
+      {"wakeup placement", to_string(o.placement)},
+      {"slice", fmt::format("{} us", o.slice.count())},
+      {"clients", fmt::format("{}, each on its own channel", s.clients)},
+      {"waker sleep", fmt::format("{} to {} ms, uniform", s.min_wait_ms, s.max_wait_ms)},
+      {"work", fmt::format("zlib level {} of {} KiB ({} B compressed)", zlib_level, s.work_kb, compressed)},
+      {"run length", s.rounds ? fmt::format("{} wake rounds", *s.rounds) : fmt::format("{} s", s.time_s)},
+      {"background load", load},
+  });
+}
+
+/// One block in latt's layout.
+std::string render_block(const char* title, const Welford& w) {
+  std::string out = fmt::format("{} (usec)\n------------------------------\n", title);
+  const std::pair<const char*, double> rows[] = {
+      {"Max", w.max()}, {"Avg", w.mean()}, {"Stdev", w.stdev()}, {"Stdev mean", w.stdev_mean()}};
+  for (const auto& [name, v] : rows) out += fmt::format("\t{:<12}{:>10.0f} usec\n", name, v);
+  return out;
+}
+
+std::string render(const Settings& s, const Measurement& m) {
+  return fmt::format("\nEntries: {} (clients={})\n\n{}\n{}", m.wakeup.stats().count(), s.clients,
+                     render_block("Wakeup", m.wakeup.stats()), render_block("Work", m.work.stats()));
+}
+
+JsonWriter write_json(const Settings& s, const Runtime& rt, const Measurement& m, std::size_t compressed,
+                      bool load_exited_early) {
+  JsonWriter j;
+  j.begin_object();
+  write_run_head(j, "latt", rt);
+  j.field("clients", s.clients).field("min_wait_ms", s.min_wait_ms).field("max_wait_ms", s.max_wait_ms);
+  j.field("work_kb", s.work_kb).field("zlib_level", zlib_level).field("compressed_bytes", std::uint64_t{compressed});
+  j.field("time_s", s.time_s);
+  s.rounds ? j.field("rounds_requested", *s.rounds) : j.key("rounds_requested").null();
+  j.field("rounds", m.rounds).field("elapsed_s", m.elapsed_s);
+  j.key("load").begin_object().field("fibers", s.load_fibers).field("fibers_tagged", s.tag_load);
+  s.load_cmd.empty() ? j.key("cmd").null() : j.field("cmd", s.load_cmd);
+  j.field("cmd_exited_early", load_exited_early).end_object();
+  j.field("entries", m.wakeup.stats().count());
+  j.key("units").begin_object().field("wakeup", "us").field("work", "us").field("elapsed_s", "s").end_object();
+  write_latency(j, "wakeup", m.wakeup.summarize(percentiles), "us");
+  write_latency(j, "work", m.work.summarize(percentiles), "us");
+  j.end_object();
+  return j;
+}
+
+int run(const Settings& s) {
+  if (s.min_wait_ms > s.max_wait_ms) {
+    std::fprintf(stderr, "coresched-bench latt: --min-wait (%g ms) is above --max-wait (%g ms)\n", s.min_wait_ms,
+                 s.max_wait_ms);
+    return exit_setup;
+  }
+  if (!check_json_path("latt", s.json_path)) return exit_setup;
+  Runtime rt(runtime_options(s.topology, s.policy, s.placement));
+  const auto in = make_input(std::size_t{s.work_kb} * 1024);
+  const std::size_t compressed = Compressor(in.size()).compress(in); // the reference every client must match
+  print_latt_header(s, rt, compressed);
+
+  std::unique_ptr<LoadProcess> load;
+  if (!s.load_cmd.empty()) load = std::make_unique<LoadProcess>(s.load_cmd);
+  const Measurement m = measure(rt, s, in, compressed);
+  const bool exited_early = load && load->stop();
+  if (exited_early)
+    std::fprintf(stderr, "coresched-bench latt: note: the load command exited before the measurement ended\n");
+  std::fputs(render(s, m).c_str(), stdout);
+  std::fflush(stdout);
+
+  if (!save_json("latt", s.json_path, write_json(s, rt, m, compressed, exited_early))) return exit_failure;
+  if (m.bad_outputs) {
+    std::fprintf(stderr, "coresched-bench latt: %llu compressions differ from the reference (%zu B): corrupted state\n",
+                 static_cast<unsigned long long>(m.bad_outputs), compressed);
+    return exit_failure;
+  }
+  return 0;
+}
+
+} // namespace
+} // namespace coresched::bench::latt
+
+namespace coresched::bench {
+
+Command register_latt(CLI::App& parent) {
+  return make_command<latt::Settings>(
+      parent, "latt",
+      "Seed 003: wakeup latency of fibers woken by a timer fiber, each through its own channel, and the time of "
+      "their zlib work after waking; idle or beside background load",
+      latt::add_options, latt::run);
+}
+
+} // namespace coresched::bench

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Runs one of `coresched-bench latt|schbench|hackbench|tenants` briefly on
+synthetic siblings and checks its JSON is complete and sane, and that bad
+arguments fail with a message (used by ctest).
+
+usage: check_seed_json.py BENCH SUBCOMMAND
+"""
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+
+SYNTHETIC = "package:1 l3cache:1 core:1 pu:2"
+
+
+def run_json(bench, args, timeout=60):
+    """Runs the subcommand with --json; returns the parsed file."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        subprocess.run([bench, *args, "--json", out.name], check=True, stdout=subprocess.DEVNULL, timeout=timeout)
+        return json.load(open(out.name))
+
+
+def rejects(bench, args, why):
+    """The arguments must fail with a non-zero exit and say something on stderr."""
+    p = subprocess.run([bench, *args], capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0, f"{args} ({why}) exited 0"
+    assert p.stderr.strip() or p.stdout.strip(), f"{args} ({why}) failed without a message"
+
+
+def check_head(d, benchmark):
+    assert d["benchmark"] == benchmark, d["benchmark"]
+    topo = d["topology"]
+    assert topo["real_siblings"] is False and topo["pus_total"] == 2, topo
+    for k in ("policy", "wakeup_placement", "slice_us", "coresched_version", "units"):
+        assert k in d, f"missing {k}"
+
+
+def check_latency(block, ps, what):
+    """count > 0, 0 <= min <= avg <= max, stdev >= 0, stdev_mean = stdev/sqrt(n),
+    percentiles present and ordered between min and max."""
+    n = block["count"]
+    assert n > 0, (what, block)
+    assert 0 <= block["min"] <= block["avg"] <= block["max"], (what, block)
+    assert block["stdev"] >= 0 and block["unit"] == "us", (what, block)
+    assert math.isclose(block["stdev_mean"], block["stdev"] / math.sqrt(n), rel_tol=1e-9, abs_tol=1e-9), (what, block)
+    values = [block["percentiles"][f"p{p}"] for p in ps]
+    assert values == sorted(values), (what, values)
+    assert block["min"] <= values[0] and values[-1] <= block["max"], (what, values, block)
+
+
+def check_summary(s, unit, what):
+    assert s["avg"] > 0 and s["stdev"] >= 0 and s["unit"] == unit, (what, s)
+
+
+def latt(bench):
+    d = run_json(bench, ["latt", "--topology", SYNTHETIC, "-c", "4", "--time", "1.5", "--min-wait", "20",
+                         "--max-wait", "60", "--work-kb", "16", "--load-fibers", "2"])
+    check_head(d, "latt")
+    assert d["clients"] == 4 and d["rounds"] > 0, d
+    assert d["entries"] == d["rounds"] * d["clients"], (d["entries"], d["rounds"])
+    assert 0 < d["compressed_bytes"] < 16 * 1024, d["compressed_bytes"]
+    for k in ("wakeup", "work"):
+        check_latency(d[k], [50, 90, 99], k)
+        assert d[k]["count"] == d["entries"]
+    # A background process is killed at the end, with its children: this must not wait a minute.
+    t0 = time.monotonic()
+    d = run_json(bench, ["latt", "--topology", SYNTHETIC, "-c", "2", "--runs", "2", "--min-wait", "5", "--max-wait",
+                         "10", "--load-cmd", "sleep 60 & sleep 60"], timeout=30)
+    assert time.monotonic() - t0 < 10, "the load command was not killed"
+    assert d["load"]["cmd"] == "sleep 60 & sleep 60" and d["load"]["cmd_exited_early"] is False, d["load"]
+    assert d["rounds"] == 2 and d["entries"] == 4, d
+    rejects(bench, ["latt", "--min-wait", "600", "--max-wait", "500"], "min above max")
+    rejects(bench, ["latt", "--time", "0"], "zero time")
+    return f"{d['entries']} entries"
+
+
+def schbench(bench):
+    d = run_json(bench, ["schbench", "--topology", SYNTHETIC, "-m", "2", "-t", "4", "--runtime", "0.8",
+                         "--sleeptime", "5000", "--cputime", "1000", "--compare"])
+    check_head(d, "schbench")
+    assert [p["placement"] for p in d["placements"]] == ["mask", "scan"], d["placements"]
+    for p in d["placements"]:
+        check_latency(p["latency"], [50, 75, 90, 95, 99, 99.5, 99.9], p["placement"])
+        assert p["elapsed_s"] > 0.5, p
+    assert d["p99_ratio_mask_over_scan"] is not None and d["p99_ratio_mask_over_scan"] > 0
+    rejects(bench, ["schbench", "--placement", "nearest"], "unknown placement")
+    rejects(bench, ["schbench", "--compare", "--placement", "scan"], "--compare with --placement")
+    return f"p99 mask/scan {d['p99_ratio_mask_over_scan']:.2f}"
+
+
+def hackbench(bench):
+    results = []
+    for ipc in ([], ["--pipe"], ["--socket"]):
+        d = run_json(bench, ["hackbench", "--topology", SYNTHETIC, "-g", "2", "-f", "5", "-l", "20", "--runs", "2",
+                             "--compare", *ipc])
+        check_head(d, "hackbench")
+        assert d["ipc"] == (ipc[0][2:] if ipc else "channel"), d["ipc"]
+        assert d["messages_per_run"] == 2 * 5 * 5 * 20, d["messages_per_run"]
+        assert [p["placement"] for p in d["placements"]] == ["mask", "scan"]
+        for p in d["placements"]:
+            check_summary(p["time_s"], "s", p["placement"])
+            assert len(p["runs"]) == 2
+            for r in p["runs"]:
+                assert r["time_s"] > 0 and r["out_of_order"] == 0 and r["io_errors"] == 0, r
+        assert d["time_ratio_mask_over_scan"] > 0
+        results.append(f"{d['ipc']} {d['placements'][0]['time_s']['avg'] * 1e3:.1f} ms")
+    rejects(bench, ["hackbench", "--pipe", "--socket"], "two transports")
+    rejects(bench, ["hackbench", "-g", "0"], "no groups")
+    return ", ".join(results)
+
+
+def tenants(bench):
+    d = run_json(bench, ["tenants", "--topology", SYNTHETIC, "--time", "0.6", "--runs", "2", "--compare",
+                         "--table-mb", "8", "--compute-fibers", "2", "--request-fibers", "2"])
+    check_head(d, "tenants")
+    assert [p["policy"] for p in d["policies"]] == ["core_vruntime", "forceidle_balance"], d["policies"]
+    for p in d["policies"]:
+        for k, unit in (("requests_per_s", "requests/s"), ("latency_avg", "us"), ("latency_p95", "us"),
+                        ("gemms_per_s", "GEMMs/s")):
+            check_summary(p[k], unit, (p["policy"], k))
+        assert 0 < p["a_cpu_share_pct"]["avg"] < 100, p["a_cpu_share_pct"]
+        assert 0 <= p["forced_idle_pct"]["avg"] <= 100, p["forced_idle_pct"]
+        assert len(p["runs"]) == 2
+        for r in p["runs"]:
+            assert r["requests"] > 0 and r["gemms"] > 0 and r["bad_results"] == 0, r
+            check_latency(r["latency"], [50, 95, 99], p["policy"])
+    ratios = d["core_vruntime_over_forceidle_balance"]
+    assert ratios and all(v > 0 for v in ratios.values()), ratios
+    rejects(bench, ["tenants", "--compare", "--policy", "core_vruntime"], "--compare with --policy")
+    rejects(bench, ["tenants", "--reads", "0"], "no reads")
+    return f"req/s ratio {ratios['requests_per_s']:.2f}"
+
+
+def main():
+    bench, sub = sys.argv[1], sys.argv[2]
+    checks = {"latt": latt, "schbench": schbench, "hackbench": hackbench, "tenants": tenants}
+    print(f"{sub} JSON ok: {checks[sub](bench)}")
+
+
+if __name__ == "__main__":
+    main()
