@@ -81,12 +81,6 @@ bool CoreCoordinator::compatible_locked(unsigned s, std::uint64_t cookie) const 
   return true;
 }
 
-std::size_t CoreCoordinator::queued_locked() const noexcept {
-  std::size_t n = 0;
-  for (const auto& s : siblings_) n += s->queue.size();
-  return n;
-}
-
 void CoreCoordinator::requeue_locked(unsigned s, Fiber* f) {
   siblings_[s]->queue.push(f);
   count_queued(f->cookie, +1);

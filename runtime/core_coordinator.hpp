@@ -108,8 +108,6 @@ public:
   bool change_running_cookie_locked(unsigned s, std::uint64_t cookie, WakeList& wakes);
   /// Sibling `s` is going to sleep: wakes it up on the next change.
   void prepare_sleep_locked(unsigned s);
-  /// Fibers queued on the whole core.
-  std::size_t queued_locked() const noexcept;
 
   // ---- lock-free ----
   /// Isolation checker: does any other sibling publish a cookie other than `cookie`?

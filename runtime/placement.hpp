@@ -40,7 +40,6 @@ public:
   template <class F> void for_each_idle(unsigned llc, F&& f) const {
     llcs_[llc].idle_pus.find([&](unsigned bit) { return f(llcs_[llc].workers[bit]); });
   }
-  unsigned llc_of(unsigned worker) const noexcept { return topo_.pus()[worker].llc; }
   unsigned llc_count() const noexcept { return static_cast<unsigned>(llcs_.size()); }
 
 private:

@@ -99,14 +99,6 @@ bool RunQueue::remove(Fiber* f) noexcept {
   return false;
 }
 
-bool RunQueue::has_stealable(std::uint64_t cookie) const noexcept {
-  const List* l = find(cookie);
-  if (!l) return false;
-  for (Fiber* f = l->head; f; f = f->next)
-    if (f->pinned == kNotPinned) return true;
-  return false;
-}
-
 std::size_t RunQueue::count(std::uint64_t cookie) const noexcept {
   const List* l = find(cookie);
   return l ? l->count : 0;

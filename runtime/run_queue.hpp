@@ -26,8 +26,6 @@ public:
   bool contains(const Fiber* f) const noexcept;
   /// Removes `f` if it is queued here; returns whether it was.
   bool remove(Fiber* f) noexcept;
-  /// Whether an unpinned fiber of `cookie` is queued.
-  bool has_stealable(std::uint64_t cookie) const noexcept;
   std::size_t size() const noexcept { return size_; }
   bool empty() const noexcept { return size_ == 0; }
   /// Number of fibers queued with `cookie`.

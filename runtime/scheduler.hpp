@@ -61,8 +61,7 @@ public:
 
   /// Chooses a worker for a woken fiber (mask or scan).
   unsigned choose_worker(const Fiber& f, unsigned prev) const;
-  /// Whether worker `w` is in its idle loop.
-  bool worker_idle(unsigned w) const noexcept { return placement_->idle(w); }
+
 
   void shutdown();
   /// Wakes every sleeping worker (shutdown, start-up failure).
