@@ -115,6 +115,12 @@ void Worker::begin_run(Fiber* f) {
     seg_start_ = now;
   }
   ++seg_runs_;
+  check_isolation(f);
+}
+
+// The isolation checker (test builds): called whenever this PU publishes a
+// cookie and resumes user code with it.
+void Worker::check_isolation([[maybe_unused]] const Fiber* f) {
 #ifdef CORESCHED_ISOLATION_CHECK
   if (core_.sibling_conflict(sibling_, f->cookie)) {
     sched_.isolation_violations.fetch_add(1, std::memory_order_relaxed);
@@ -332,6 +338,7 @@ void Worker::yield() {
     self->context_saved.store(true, std::memory_order_relaxed);
     self->state.store(FiberState::running, std::memory_order_relaxed);
     switches.store(switches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    check_isolation(self); // it republished its cookie under the lock
     return;
   }
   switch_to(p.kind == Pick::Kind::run ? p.fiber : &idle_ctx_, After::requeue);
@@ -392,6 +399,7 @@ void Worker::set_cookie(std::uint64_t cookie) {
     yield(); // a sibling runs another cookie: resume only where this one may run
     return;
   }
+  check_isolation(self);
   const std::uint64_t now = now_ns();
   close_segment(now);
   seg_open_ = true;

@@ -99,6 +99,7 @@ private:
   void after_resume(ctx::fcontext_t from);
   void start_fresh(Fiber* f);
   void begin_run(Fiber* f);
+  void check_isolation(const Fiber* f);
   void finish(Fiber* f);
   Pick pick();
   [[noreturn]] static void fiber_main(ctx::transfer_t t);
