@@ -4,7 +4,7 @@
 #   scripts/deps.sh --plots  also matplotlib, for bench/plot/
 set -euo pipefail
 packages=(build-essential cmake pkg-config git python3 hwloc libhwloc-dev liburing-dev libboost-context-dev
-          libboost-fiber-dev libspdlog-dev libfmt-dev catch2 libcli11-dev zlib1g-dev)
+          libboost-fiber-dev libspdlog-dev libfmt-dev catch2 libcli11-dev zlib1g-dev golang-go valgrind)
 [ "${1:-}" = "--plots" ] && packages+=(python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
