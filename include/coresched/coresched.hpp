@@ -4,10 +4,12 @@
 /// Everything an application needs: #include <coresched/coresched.hpp>.
 
 #include <coresched/cookie.hpp>
+#include <coresched/io.hpp>
 #include <coresched/join_handle.hpp>
 #include <coresched/options.hpp>
 #include <coresched/runtime.hpp>
 #include <coresched/stats.hpp>
+#include <coresched/sync.hpp>
 #include <coresched/this_fiber.hpp>
 #include <coresched/topology.hpp>
 #include <coresched/version.hpp>
