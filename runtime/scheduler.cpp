@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "scheduler.hpp"
 
+#include "clock.hpp"
 #include "kernel_cookie.hpp"
 #include "log.hpp"
+#include "stack_guard.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -25,8 +27,12 @@ Scheduler::Scheduler(Options options, Runtime* owner)
     : options_(std::move(options)), owner_(owner), topology_(Topology::discover(options_.topology)),
       shared_stacks_(round_to_pages(options_.stack_size ? options_.stack_size : 1)) {
   set_log_level(options_.log_level);
+  install_overflow_handler();
   if (options_.stack_size == 0) throw UsageError("coresched: Options::stack_size must not be zero");
   if (options_.slice.count() <= 0) throw UsageError("coresched: Options::slice must be positive");
+  if (options_.stall_threshold.count() < 0)
+    throw UsageError("coresched: Options::stall_threshold must not be negative (zero disables stall reports)");
+  stall_ns_ = static_cast<std::uint64_t>(std::chrono::nanoseconds(options_.stall_threshold).count());
   options_.topology = topology_.spec();
   const CoreConfig cfg{options_.policy,
                        static_cast<std::uint64_t>(std::chrono::nanoseconds(options_.slice).count()) / 2};
@@ -210,12 +216,15 @@ Fiber* Scheduler::steal_for(Worker& thief, const Pick& p) {
 // to yield at its next preemption point.
 bool Scheduler::tick() {
   bool any_busy = false;
+  const std::uint64_t now = now_ns();
   for (auto& wp : workers_) {
     Worker& w = *wp;
     const std::uint64_t sw = w.switches.load(std::memory_order_relaxed);
     if (!w.busy.load(std::memory_order_relaxed) || sw != w.tick_seen) {
       w.tick_seen = sw;
+      w.tick_seen_ns = now;
       w.ticks_same = 0;
+      w.stall_reported = false;
       any_busy |= w.busy.load(std::memory_order_relaxed);
       continue;
     }
@@ -224,8 +233,19 @@ bool Scheduler::tick() {
     const bool sibling_waits = w.core().forced_idle_count() > 0;
     if (w.ticks_same >= 4 || (sibling_waits && w.ticks_same >= 2))
       w.sibling().preempt.store(true, std::memory_order_relaxed);
+    if (!w.stall_reported && stall_ns_ > 0 && now - w.tick_seen_ns >= stall_ns_) report_stall(w, now);
   }
   return any_busy;
+}
+
+// The worker has not switched for stall_ns_ although its preempt flag has been
+// set since the first slice: its fiber reaches no preemption point. Once per run.
+void Scheduler::report_stall(Worker& w, std::uint64_t now) {
+  w.stall_reported = true;
+  w.stalls.fetch_add(1, std::memory_order_relaxed);
+  log().warn("stall: fiber {} (cookie {}) has run {} ms on worker {} (CPU {}) without a preemption point",
+             w.running_id.load(std::memory_order_relaxed), w.sibling().running.load(std::memory_order_relaxed),
+             (now - w.tick_seen_ns) / 1'000'000, w.index(), w.pu().cpu);
 }
 
 void Scheduler::fiber_retired() noexcept { live_.fetch_sub(1, std::memory_order_acq_rel); }

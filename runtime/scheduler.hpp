@@ -74,6 +74,7 @@ public:
 private:
   void start_workers();
   void maybe_kernel_cookie();
+  void report_stall(Worker& w, std::uint64_t now);
 
   Options options_;
   Runtime* owner_;
@@ -84,6 +85,7 @@ private:
   std::unique_ptr<PlacementIndex> placement_;
   std::vector<std::vector<unsigned>> steal_order_;     // per worker: other cores, nearest first
   std::unique_ptr<Ticker> ticker_;
+  std::uint64_t stall_ns_ = 0; // Options::stall_threshold; 0 = off
   std::atomic<std::int64_t> live_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> exiting_{false};

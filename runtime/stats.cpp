@@ -38,8 +38,9 @@ std::string Stats::to_table() const {
                        ms(c.core_ns), ms(c.forced_idle_suffered_ns), ms(c.forced_idle_caused_ns), c.runs);
   out += fmt::format("{:>10} {:>16} {:>16}\n", "core", "cookie switches", "forced idle ms");
   for (const auto& c : cores) out += fmt::format("{:>10} {:>16} {:>16.3f}\n", c.core, c.cookie_switches, ms(c.forced_idle_ns));
-  out += fmt::format("{:>10} {:>12} {:>10} {:>10}\n", "worker", "switches", "steals", "sleeps");
-  for (const auto& w : workers) out += fmt::format("{:>10} {:>12} {:>10} {:>10}\n", w.worker, w.switches, w.steals, w.sleeps);
+  out += fmt::format("{:>10} {:>12} {:>10} {:>10} {:>10}\n", "worker", "switches", "steals", "sleeps", "stalls");
+  for (const auto& w : workers)
+    out += fmt::format("{:>10} {:>12} {:>10} {:>10} {:>10}\n", w.worker, w.switches, w.steals, w.sleeps, w.stalls);
   out += fmt::format("isolation violations: {}\n", isolation_violations);
   return out;
 }

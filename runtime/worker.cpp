@@ -7,6 +7,7 @@
 #include "log.hpp"
 #include "sanitizer.hpp"
 #include "scheduler.hpp"
+#include "stack_guard.hpp"
 
 #include <climits>
 #include <immintrin.h>
@@ -79,6 +80,7 @@ void Worker::bind_to_cpu() {
 }
 
 void Worker::thread_main() {
+  const AltSignalStack alt_stack; // where the stack overflow report runs
   tls_worker = this;
   tls_preempt = &sibling().preempt;
   current_ = &idle_ctx_;
@@ -107,6 +109,7 @@ void Worker::begin_run(Fiber* f) {
   f->state.store(FiberState::running, std::memory_order_relaxed);
   f->last_worker = index_;
   switches.store(switches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  running_id.store(f->id, std::memory_order_relaxed);
   if (!seg_open_ || f->cookie != seg_cookie_) {
     const std::uint64_t now = now_ns();
     close_segment(now);
@@ -373,12 +376,15 @@ bool Worker::run_inline(Fiber* f) {
   f->san_stack_size = parent->san_stack_size;
   f->tsan_fiber = parent->tsan_fiber;
   f->owns_tsan_fiber = false;
+  f->stack = parent->stack; // borrowed: named in a stack overflow report, never freed by the child
   current_ = f;
   begin_run(f);
   f->task()->run();
   Worker* w = Worker::current(); // the child may have migrated, and the parent with it
   w->finish(f);
+  f->stack = Stack{};
   w->current_ = parent;
+  w->running_id.store(parent->id, std::memory_order_relaxed);
   parent->state.store(FiberState::running, std::memory_order_relaxed);
   parent->last_worker = w->pu_.index;
   release_fiber(f);
@@ -543,6 +549,7 @@ void Worker::collect(std::unordered_map<std::uint64_t, CookieStats>& cookies, Wo
   ws.switches = switches.load(std::memory_order_relaxed);
   ws.steals = steals_.load(std::memory_order_relaxed);
   ws.sleeps = sleeps_.load(std::memory_order_relaxed);
+  ws.stalls = stalls.load(std::memory_order_relaxed);
 }
 
 } // namespace coresched::detail

@@ -78,8 +78,12 @@ public:
   // ---- read by the scheduler and the ticker ----
   std::atomic<std::uint64_t> switches{0};
   std::atomic<bool> busy{false};   // running a task fiber
-  std::uint64_t tick_seen = 0;     // ticker-private
+  std::atomic<std::uint64_t> running_id{0}; // id of the task fiber switched in last (for stall reports)
+  std::uint64_t tick_seen = 0;     // ticker-private: switch count at the last tick that saw it move
+  std::uint64_t tick_seen_ns = 0;  // ticker-private: when it moved
   int ticks_same = 0;              // ticker-private
+  bool stall_reported = false;     // ticker-private: this run was already reported
+  std::atomic<std::uint64_t> stalls{0};
 
   /// Adds this worker's statistics to the snapshot.
   void collect(std::unordered_map<std::uint64_t, CookieStats>& cookies, WorkerStats& ws);

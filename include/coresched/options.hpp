@@ -44,6 +44,11 @@ struct Options {
   /// Cooperative time slice: after about this long, preempt_point() yields.
   std::chrono::microseconds slice{1000};
 
+  /// A fiber that runs this long without reaching a preemption point (a yield,
+  /// a wait, or preempt_point() once its slice is over) is logged as a stall,
+  /// with its id and cookie, and counted in WorkerStats::stalls. Zero disables.
+  std::chrono::milliseconds stall_threshold{25};
+
   /// Stack size for fibers that do not name one in SpawnOptions.
   std::size_t stack_size = default_stack_size;
 

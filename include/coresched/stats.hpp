@@ -34,6 +34,7 @@ struct WorkerStats {
   std::uint64_t switches = 0; ///< Fibers switched in.
   std::uint64_t steals = 0;   ///< Fibers taken from other workers' queues.
   std::uint64_t sleeps = 0;   ///< Times the worker blocked for lack of work.
+  std::uint64_t stalls = 0;   ///< Fibers reported for running past Options::stall_threshold without a preemption point.
 };
 
 /// A snapshot of all statistics.

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: Apache-2.0
+// Stack overflow reports and stall reports.
+#include "test_support.hpp"
+
+#include <coresched/coresched.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <csignal>
+#include <fcntl.h>
+#include <cstdint>
+#include <regex>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace coresched;
+using test_support::topo;
+
+namespace {
+
+volatile std::uint64_t recursion_limit = ~std::uint64_t{0}; // volatile: the compiler cannot prove the recursion ends
+
+// Each frame keeps 512 bytes live, so 32 KiB run out after ~60 calls.
+[[gnu::noinline]] std::uint64_t recurse(std::uint64_t depth) {
+  volatile char frame[512];
+  frame[0] = static_cast<char>(depth);
+  frame[sizeof(frame) - 1] = 1;
+  if (depth >= recursion_limit) return 0;
+  return recurse(depth + 1) + static_cast<std::uint64_t>(frame[0]);
+}
+
+struct ChildResult {
+  int status = 0;
+  std::string stderr_text;
+};
+
+// Runs `body` in a forked child with its stderr captured. The child never
+// returns into the test runner.
+template <class F> ChildResult run_in_child(F body) {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    dup2(fds[1], STDERR_FILENO);
+    const int null = open("/dev/null", O_WRONLY); // the runner's own crash report would land on stdout
+    if (null >= 0) dup2(null, STDOUT_FILENO);
+    body();
+    _exit(0);
+  }
+  close(fds[1]);
+  ChildResult r;
+  char buf[512];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) > 0;) r.stderr_text.append(buf, static_cast<std::size_t>(n));
+  close(fds[0]);
+  REQUIRE(waitpid(pid, &r.status, 0) == pid);
+  return r;
+}
+
+} // namespace
+
+TEST_CASE("a fiber that overflows its stack is named, then the process aborts", "[safety]") {
+  const ChildResult r = run_in_child([] {
+    Runtime rt(topo("core:1 pu:1"));
+    const Cookie tenant = Cookie::create();
+    rt.spawn([] { return recurse(0); }, SpawnOptions{.cookie = tenant, .stack_size = 32 * 1024}).join();
+  });
+  INFO("child stderr: " << r.stderr_text);
+  REQUIRE(WIFSIGNALED(r.status));
+  CHECK(WTERMSIG(r.status) == SIGABRT);
+  CHECK(std::regex_search(r.stderr_text, std::regex(R"(fiber [1-9][0-9]* \(cookie [1-9][0-9]*\) overflowed its 32 KiB stack)")));
+}
+
+TEST_CASE("a fault that is not a stack overflow is left to the default action", "[safety]") {
+  const ChildResult r = run_in_child([] {
+    Runtime rt(topo("core:1 pu:1"));
+    rt.spawn([] {
+      static volatile std::uintptr_t address = 16; // opaque to the compiler
+      *reinterpret_cast<volatile int*>(address) = 1;
+    }).join();
+  });
+  REQUIRE(WIFSIGNALED(r.status));
+  CHECK(WTERMSIG(r.status) == SIGSEGV);
+  CHECK(r.stderr_text.find("overflowed") == std::string::npos);
+}
+
+namespace {
+// Spins for `d`, calling preempt_point() every ~100 us if `cooperative`.
+void busy_for(std::chrono::milliseconds d, bool cooperative) {
+  const auto end = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < end)
+    if (cooperative) this_fiber::preempt_point();
+}
+
+std::uint64_t total_stalls(const Stats& s) {
+  std::uint64_t n = 0;
+  for (const auto& w : s.workers) n += w.stalls;
+  return n;
+}
+} // namespace
+
+TEST_CASE("a fiber that runs past the stall threshold without a preemption point is reported", "[safety]") {
+  Options o = topo("core:1 pu:1");
+  o.stall_threshold = std::chrono::milliseconds(20);
+  Runtime rt(o);
+  rt.spawn([] { busy_for(std::chrono::milliseconds(150), false); }).join();
+  CHECK(total_stalls(rt.stats()) == 1); // reported once per run, not once per tick
+}
+
+TEST_CASE("a fiber that reaches preemption points is not reported as a stall", "[safety]") {
+  Options o = topo("core:1 pu:1");
+  o.stall_threshold = std::chrono::milliseconds(200); // far above any VM hiccup
+  Runtime rt(o);
+  rt.spawn([] { busy_for(std::chrono::milliseconds(400), true); }).join();
+  CHECK(total_stalls(rt.stats()) == 0);
+
+  Options off = topo("core:1 pu:1");
+  off.stall_threshold = std::chrono::milliseconds(0);
+  Runtime quiet(off);
+  quiet.spawn([] { busy_for(std::chrono::milliseconds(60), false); }).join();
+  CHECK(total_stalls(quiet.stats()) == 0);
+
+  Options bad = topo("core:1 pu:1");
+  bad.stall_threshold = std::chrono::milliseconds(-1);
+  CHECK_THROWS_AS(Runtime(bad), UsageError);
+}
