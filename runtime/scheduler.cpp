@@ -34,6 +34,7 @@ Scheduler::Scheduler(Options options, Runtime* owner)
     throw UsageError("coresched: Options::stall_threshold must not be negative (zero disables stall reports)");
   stall_ns_ = static_cast<std::uint64_t>(std::chrono::nanoseconds(options_.stall_threshold).count());
   options_.topology = topology_.spec();
+  trace_ = Trace::from_options(options_.trace_path, topology_.pus().size());
   const CoreConfig cfg{options_.policy,
                        static_cast<std::uint64_t>(std::chrono::nanoseconds(options_.slice).count()) / 2};
   for (const auto& c : topology_.cores()) cores_.push_back(std::make_unique<CoreCoordinator>(c.index, c.pus, cfg));
@@ -143,7 +144,15 @@ void Scheduler::enqueue_on(unsigned w, Fiber* f) {
 }
 
 void Scheduler::place(Fiber* f) {
-  enqueue_on(f->pinned != kNotPinned ? static_cast<unsigned>(f->pinned) : choose_worker(*f, f->last_worker), f);
+  const unsigned to = f->pinned != kNotPinned ? static_cast<unsigned>(f->pinned) : choose_worker(*f, f->last_worker);
+  if (trace_) [[unlikely]]
+    trace_wakeup(*f, to);
+  enqueue_on(to, f);
+}
+
+void Scheduler::trace_wakeup(const Fiber& f, unsigned to) noexcept {
+  Worker* here = Worker::current();
+  if (here && &here->scheduler() == this) here->trace_wakeup(f, to); // wakes from plain threads are not traced
 }
 
 // ---------------------------------------------------------------- placement
@@ -266,6 +275,7 @@ void Scheduler::shutdown() {
   wake_all_workers();
   for (auto& w : workers_) w->join();
   ticker_->stop();
+  write_trace();
   const char* env = std::getenv("CORESCHED_STATS");
   if (env && std::string(env) == "1") std::fprintf(stderr, "%s", stats().to_table().c_str());
 }
@@ -283,6 +293,19 @@ void Scheduler::wake_all_workers() {
     c->lock().unlock();
     wakes.notify();
   }
+}
+
+void Scheduler::write_trace() {
+  if (!trace_) return;
+  const std::string error = trace_->write(topology_);
+  if (!error.empty()) {
+    log().error("{}", error); // the application's work is done: report, do not throw from shutdown
+    return;
+  }
+  log().info("scheduling trace written to {}", trace_->path());
+  if (const auto dropped = trace_->dropped())
+    log().warn("trace: the per-worker rings were full; the oldest {} events were dropped "
+               "(CORESCHED_TRACE_EVENTS sets their size)", dropped);
 }
 
 Stats Scheduler::stats() {

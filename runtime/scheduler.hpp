@@ -9,6 +9,7 @@
 #include "placement.hpp"
 #include "stack_pool.hpp"
 #include "ticker.hpp"
+#include "trace.hpp"
 #include "worker.hpp"
 
 #include <coresched/options.hpp>
@@ -68,6 +69,8 @@ public:
   void wake_all_workers();
   bool exiting() const noexcept { return exiting_.load(std::memory_order_acquire); }
   Stats stats();
+  /// The scheduling trace, or null when not tracing.
+  Trace* trace() const noexcept { return trace_.get(); }
 
   std::atomic<std::uint64_t> isolation_violations{0};
 
@@ -75,11 +78,14 @@ private:
   void start_workers();
   void maybe_kernel_cookie();
   void report_stall(Worker& w, std::uint64_t now);
+  void trace_wakeup(const Fiber& f, unsigned to) noexcept;
+  void write_trace();
 
   Options options_;
   Runtime* owner_;
   Topology topology_;
   SharedStackPool shared_stacks_;
+  std::unique_ptr<Trace> trace_; // null unless tracing
   std::vector<std::unique_ptr<CoreCoordinator>> cores_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<PlacementIndex> placement_;

@@ -29,7 +29,9 @@ public:
   SignalText& operator<<(std::uint64_t v) {
     char digits[20];
     int n = 0;
-    do digits[n++] = static_cast<char>('0' + v % 10); while ((v /= 10) != 0);
+    do {
+      digits[n++] = static_cast<char>('0' + v % 10);
+    } while ((v /= 10) != 0);
     while (n > 0 && len_ < sizeof(buf_)) buf_[len_++] = digits[--n];
     return *this;
   }

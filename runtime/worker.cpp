@@ -36,7 +36,7 @@ constexpr int kPausesPerRound = 8;
 Worker::Worker(Scheduler& sched, const PuInfo& pu, CoreCoordinator& core, unsigned sibling,
                SharedStackPool& stacks)
     : sched_(sched), pu_(pu), index_(pu.index), core_(core), sibling_(sibling), sib_(&core.sibling(sibling)),
-      stacks_(stacks) {
+      stacks_(stacks), trace_(sched.trace() ? &sched.trace()->ring(pu.index) : nullptr) {
   idle_ctx_.is_task = false;
   idle_ctx_.fresh = false;
 }
@@ -99,6 +99,7 @@ void Worker::thread_main() {
   ready_.store(1, std::memory_order_release);
   idle_loop();
   close_segment(now_ns());
+  if (trace_) trace_run(nullptr);
   tls_worker = nullptr;
   tls_preempt = nullptr;
 }
@@ -118,7 +119,24 @@ void Worker::begin_run(Fiber* f) {
     seg_start_ = now;
   }
   ++seg_runs_;
+  if (trace_) [[unlikely]]
+    trace_run(f);
   check_isolation(f);
+}
+
+// Trace: ends the open run span and, for a task fiber, opens the next one.
+void Worker::trace_run(const Fiber* f) noexcept {
+  const std::uint64_t now = now_ns();
+  if (trace_open_) trace_->record({trace_since_, now - trace_since_, trace_fiber_, trace_cookie_, 0, TraceKind::run});
+  trace_open_ = f != nullptr;
+  if (!f) return;
+  trace_since_ = now;
+  trace_fiber_ = f->id;
+  trace_cookie_ = f->cookie;
+  if (f->cookie != trace_last_cookie_) {
+    trace_last_cookie_ = f->cookie;
+    trace_->record({now, 0, 0, f->cookie, 0, TraceKind::cookie_change});
+  }
 }
 
 // The isolation checker (test builds): called whenever this PU publishes a
@@ -145,6 +163,8 @@ void Worker::switch_to(Fiber* next, After after) {
     begin_run(next);
   } else {
     busy.store(false, std::memory_order_relaxed);
+    if (trace_) [[unlikely]]
+      trace_run(nullptr);
   }
   if (next->fresh) {
     start_fresh(next);
@@ -385,6 +405,8 @@ bool Worker::run_inline(Fiber* f) {
   f->stack = Stack{};
   w->current_ = parent;
   w->running_id.store(parent->id, std::memory_order_relaxed);
+  if (w->trace_) [[unlikely]]
+    w->trace_run(parent);
   parent->state.store(FiberState::running, std::memory_order_relaxed);
   parent->last_worker = w->pu_.index;
   release_fiber(f);
@@ -530,6 +552,8 @@ void Worker::leave_forced_idle() {
   forced_ = false;
   const std::uint64_t span = now_ns() - forced_since_;
   core_.forced_idle_ns.fetch_add(span, std::memory_order_relaxed);
+  if (trace_) [[unlikely]]
+    trace_->record({forced_since_, span, 0, forced_wanted_, forced_blocker_, TraceKind::forced_idle});
   std::lock_guard lk(stats_mu_);
   cookie_stats_[forced_wanted_].suffered_ns += span;
   cookie_stats_[forced_blocker_].caused_ns += span;

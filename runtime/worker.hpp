@@ -5,11 +5,13 @@
 // briefly, steals, and then sleeps on a futex.
 #pragma once
 
+#include "clock.hpp"
 #include "core_coordinator.hpp"
 #include "fiber.hpp"
 #include "io_ring.hpp"
 #include "local_queue.hpp"
 #include "stack_pool.hpp"
+#include "trace.hpp"
 
 #include <coresched/stats.hpp>
 #include <coresched/topology.hpp>
@@ -85,6 +87,12 @@ public:
   bool stall_reported = false;     // ticker-private: this run was already reported
   std::atomic<std::uint64_t> stalls{0};
 
+  /// Trace: this worker made `f` runnable on worker `to` (no-op when not tracing).
+  void trace_wakeup(const Fiber& f, unsigned to) noexcept {
+    if (trace_) [[unlikely]]
+      trace_->record({now_ns(), 0, f.id, f.cookie, to, TraceKind::wakeup});
+  }
+
   /// Adds this worker's statistics to the snapshot.
   void collect(std::unordered_map<std::uint64_t, CookieStats>& cookies, WorkerStats& ws);
 
@@ -109,6 +117,7 @@ private:
   [[noreturn]] static void fiber_main(ctx::transfer_t t);
   [[noreturn]] static void fiber_loop();
   void close_segment(std::uint64_t now);
+  void trace_run(const Fiber* f) noexcept;
   void enter_forced_idle(const Pick& p);
   void leave_forced_idle();
   void set_idle(bool on);
@@ -151,6 +160,11 @@ private:
   bool idle_ = false; // in the idle loop (published through the scheduler's placement index)
   bool forced_ = false;
   std::uint64_t forced_since_ = 0, forced_wanted_ = 0, forced_blocker_ = 0;
+
+  TraceRing* trace_ = nullptr; // null unless tracing
+  std::uint64_t trace_since_ = 0, trace_fiber_ = 0, trace_cookie_ = 0;
+  bool trace_open_ = false;
+  std::uint64_t trace_last_cookie_ = ~std::uint64_t{0};
 
   std::mutex stats_mu_;
   std::unordered_map<std::uint64_t, CookieCounters> cookie_stats_;

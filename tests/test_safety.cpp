@@ -8,8 +8,8 @@
 
 #include <chrono>
 #include <csignal>
-#include <fcntl.h>
 #include <cstdint>
+#include <fcntl.h>
 #include <regex>
 #include <string>
 #include <sys/wait.h>
@@ -71,16 +71,17 @@ TEST_CASE("a fiber that overflows its stack is named, then the process aborts", 
   INFO("child stderr: " << r.stderr_text);
   REQUIRE(WIFSIGNALED(r.status));
   CHECK(WTERMSIG(r.status) == SIGABRT);
-  CHECK(std::regex_search(r.stderr_text, std::regex(R"(fiber [1-9][0-9]* \(cookie [1-9][0-9]*\) overflowed its 32 KiB stack)")));
+  CHECK(std::regex_search(r.stderr_text,
+                          std::regex(R"(fiber [1-9][0-9]* \(cookie [1-9][0-9]*\) overflowed its 32 KiB stack)")));
 }
 
 TEST_CASE("a fault that is not a stack overflow is left to the default action", "[safety]") {
   const ChildResult r = run_in_child([] {
     Runtime rt(topo("core:1 pu:1"));
     rt.spawn([] {
-      static volatile std::uintptr_t address = 16; // opaque to the compiler
-      *reinterpret_cast<volatile int*>(address) = 1;
-    }).join();
+        static volatile std::uintptr_t address = 16; // opaque to the compiler
+        *reinterpret_cast<volatile int*>(address) = 1;
+      }).join();
   });
   REQUIRE(WIFSIGNALED(r.status));
   CHECK(WTERMSIG(r.status) == SIGSEGV);

@@ -57,6 +57,12 @@ struct Options {
   /// refuses, this is logged once and ignored.
   bool kernel_cookie = false;
 
+  /// Write a scheduling trace (Chrome trace-event JSON, for Perfetto UI or
+  /// chrome://tracing) to this path at shutdown; empty means CORESCHED_TRACE
+  /// or no trace. Each worker keeps its last CORESCHED_TRACE_EVENTS events
+  /// (default 65536).
+  std::string trace_path;
+
   /// Log level ("trace" ... "off"); empty means CORESCHED_LOG or "warn".
   std::string log_level;
 };

@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "trace.hpp"
+
+#include "clock.hpp"
+
+#include <coresched/join_handle.hpp> // UsageError
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace coresched::detail {
+
+namespace {
+
+constexpr std::size_t kDefaultCapacity = 65536;
+
+std::size_t capacity_from_env() {
+  const char* s = std::getenv("CORESCHED_TRACE_EVENTS");
+  if (!s || !*s) return kDefaultCapacity;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(s, &end, 10);
+  if (*end != '\0' || n == 0)
+    throw UsageError(fmt::format("CORESCHED_TRACE_EVENTS='{}': expected a positive count", s));
+  return static_cast<std::size_t>(n);
+}
+
+// Chrome trace-event timestamps are microseconds; keep nanosecond resolution.
+std::string us(std::uint64_t ns) { return fmt::format("{}.{:03}", ns / 1000, ns % 1000); }
+
+std::string event_json(const TraceEvent& e, unsigned tid, std::uint64_t origin) {
+  const std::uint64_t ts = e.ts_ns > origin ? e.ts_ns - origin : 0;
+  switch (e.kind) {
+  case TraceKind::run:
+    return fmt::format(R"({{"name":"fiber {}","cat":"run","ph":"X","pid":1,"tid":{},"ts":{},"dur":{},)"
+                       R"("args":{{"fiber":{},"cookie":{}}}}})",
+                       e.id, tid, us(ts), us(e.dur_ns), e.id, e.cookie);
+  case TraceKind::forced_idle:
+    return fmt::format(R"({{"name":"forced idle","cat":"forced_idle","ph":"X","pid":1,"tid":{},"ts":{},"dur":{},)"
+                       R"("args":{{"waiting_cookie":{},"core_cookie":{}}}}})",
+                       tid, us(ts), us(e.dur_ns), e.cookie, e.other);
+  case TraceKind::cookie_change:
+    return fmt::format(R"({{"name":"cookie {}","cat":"cookie","ph":"i","s":"t","pid":1,"tid":{},"ts":{},)"
+                       R"("args":{{"cookie":{}}}}})",
+                       e.cookie, tid, us(ts), e.cookie);
+  case TraceKind::wakeup:
+    return fmt::format(R"({{"name":"wake fiber {}","cat":"wakeup","ph":"i","s":"t","pid":1,"tid":{},"ts":{},)"
+                       R"("args":{{"fiber":{},"cookie":{},"to_worker":{}}}}})",
+                       e.id, tid, us(ts), e.id, e.cookie, e.other);
+  }
+  return {};
+}
+
+} // namespace
+
+std::vector<TraceEvent> TraceRing::snapshot() const {
+  std::vector<TraceEvent> out;
+  if (recorded_ >= events_.size())
+    out.insert(out.end(), events_.begin() + static_cast<std::ptrdiff_t>(next_), events_.end());
+  out.insert(out.end(), events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(next_));
+  return out;
+}
+
+std::unique_ptr<Trace> Trace::from_options(const std::string& path, std::size_t workers) {
+  std::string p = path;
+  if (p.empty())
+    if (const char* env = std::getenv("CORESCHED_TRACE")) p = env;
+  if (p.empty()) return nullptr;
+  return std::make_unique<Trace>(p, workers, capacity_from_env());
+}
+
+Trace::Trace(std::string path, std::size_t workers, std::size_t capacity)
+    : path_(std::move(path)), origin_ns_(now_ns()) {
+  for (std::size_t i = 0; i < workers; ++i) rings_.push_back(std::make_unique<TraceRing>(capacity));
+}
+
+std::uint64_t Trace::dropped() const noexcept {
+  std::uint64_t n = 0;
+  for (const auto& r : rings_) n += r->dropped();
+  return n;
+}
+
+std::string Trace::write(const Topology& topology) const {
+  std::FILE* out = std::fopen(path_.c_str(), "w");
+  if (!out) return fmt::format("cannot write the trace to '{}': {}", path_, std::strerror(errno));
+  std::string text = R"({"displayTimeUnit":"ns","traceEvents":[)";
+  text += fmt::format(R"j({{"name":"process_name","ph":"M","pid":1,"args":{{"name":"coresched ({} siblings)"}}}})j",
+                      topology.real_siblings() ? "REAL" : "SYNTHETIC");
+  for (const auto& pu : topology.pus()) {
+    text += fmt::format(
+        R"j(,{{"name":"thread_name","ph":"M","pid":1,"tid":{},"args":{{"name":"worker {} (core {}, CPU {})"}}}})j",
+        pu.index, pu.index, pu.core, pu.cpu);
+    text += fmt::format(R"(,{{"name":"thread_sort_index","ph":"M","pid":1,"tid":{},"args":{{"sort_index":{}}}}})",
+                        pu.index, pu.index);
+  }
+  std::fputs(text.c_str(), out);
+  for (unsigned w = 0; w < rings_.size(); ++w)
+    for (const TraceEvent& e : rings_[w]->snapshot()) {
+      std::fputc(',', out);
+      std::fputs(event_json(e, w, origin_ns_).c_str(), out);
+    }
+  std::fputs("]}\n", out);
+  const bool ok = std::ferror(out) == 0;
+  if (std::fclose(out) != 0 || !ok)
+    return fmt::format("writing the trace to '{}' failed: {}", path_, std::strerror(errno));
+  return {};
+}
+
+} // namespace coresched::detail

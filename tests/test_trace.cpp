@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: Apache-2.0
+// The scheduling trace: what it records and that its memory is bounded.
+// (tests/check_trace.py checks that a trace is well-formed JSON.)
+#include "test_support.hpp"
+
+#include <coresched/coresched.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+
+using namespace coresched;
+using test_support::topo;
+
+namespace {
+
+std::string temp_path(const char* name) {
+  return "/tmp/coresched-test-" + std::to_string(getpid()) + "-" + name + ".json";
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + what.size())) ++n;
+  return n;
+}
+
+// Two tenants compete for one core with two siblings and wake each other
+// through sleeps: every kind of event should appear.
+void contended_run(const std::string& path) {
+  Options o = topo("core:1 pu:2");
+  o.trace_path = path;
+  Runtime rt(o);
+  const Cookie a = Cookie::create(), b = Cookie::create();
+  std::vector<JoinHandle<void>> fibers;
+  for (int i = 0; i < 4; ++i)
+    fibers.push_back(rt.spawn(
+        [] {
+          for (int round = 0; round < 20; ++round) {
+            const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(300);
+            while (std::chrono::steady_clock::now() < until) this_fiber::preempt_point();
+            this_fiber::sleep_for(std::chrono::microseconds(100));
+          }
+        },
+        SpawnOptions{.cookie = i % 2 ? a : b}));
+  for (auto& f : fibers) f.join();
+}
+
+} // namespace
+
+TEST_CASE("the trace records run spans, forced idle, cookie changes and wakeups", "[trace]") {
+  const std::string path = temp_path("trace");
+  contended_run(path);
+  const std::string text = slurp(path);
+  std::remove(path.c_str());
+  REQUIRE(text.rfind(R"({"displayTimeUnit":"ns","traceEvents":[)", 0) == 0);
+  CHECK(text.substr(text.size() - 3) == "]}\n");
+  CHECK(text.find("SYNTHETIC siblings") != std::string::npos);
+  CHECK(count(text, R"("name":"thread_name")") == 2); // one row per worker
+  CHECK(count(text, R"("cat":"run")") >= 80);         // each of 4 fibers ran at least 20 times
+  CHECK(count(text, R"("cat":"forced_idle")") > 0);
+  CHECK(count(text, R"("cat":"cookie")") > 0);
+  CHECK(count(text, R"("cat":"wakeup")") > 0);
+}
+
+TEST_CASE("a full trace ring keeps only the newest events", "[trace]") {
+  const std::string path = temp_path("bounded");
+  setenv("CORESCHED_TRACE_EVENTS", "16", 1);
+  contended_run(path);
+  unsetenv("CORESCHED_TRACE_EVENTS");
+  const std::string text = slurp(path);
+  std::remove(path.c_str());
+  const std::size_t events = count(text, R"("ph":"X")") + count(text, R"("ph":"i")");
+  CHECK(events > 0);
+  CHECK(events <= 2 * 16);
+}
+
+TEST_CASE("no trace is written unless asked for, and a bad path or size is reported", "[trace]") {
+  unsetenv("CORESCHED_TRACE");
+  {
+    Runtime rt(topo("core:1 pu:1"));
+    rt.spawn([] {}).join();
+  } // nothing to check but that it runs untraced
+
+  Options unwritable = topo("core:1 pu:1");
+  unwritable.trace_path = "/nonexistent-dir/trace.json";
+  CHECK_NOTHROW([&] {
+    Runtime rt(unwritable);
+    rt.spawn([] {}).join();
+  }()); // logged, not thrown at shutdown
+
+  setenv("CORESCHED_TRACE_EVENTS", "lots", 1);
+  Options traced = topo("core:1 pu:1");
+  traced.trace_path = temp_path("bad-size");
+  CHECK_THROWS_WITH(Runtime(traced), Catch::Contains("CORESCHED_TRACE_EVENTS"));
+  unsetenv("CORESCHED_TRACE_EVENTS");
+}
