@@ -1,11 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
-// Start a runtime, print the topology, spawn and join fibers.
+// hello: start a runtime, print the topology, spawn and join fibers.
 #include <coresched/coresched.hpp>
 
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
-int main() {
+int main(int argc, char** argv) {
+  // No options; a hand parse keeps this example free of any dependency but coresched.
+  if (argc > 1) {
+    const bool help = std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0;
+    std::fprintf(help ? stdout : stderr,
+                 "%sUsage: %s\nStarts a runtime (CORESCHED_TOPOLOGY picks a synthetic topology), prints it, runs "
+                 "8 fibers and checks their results.\n",
+                 help ? "" : "error: hello takes no arguments\n", argv[0]);
+    return help ? 0 : 2;
+  }
   coresched::Runtime rt; // CORESCHED_TOPOLOGY chooses a synthetic topology if set
   std::printf("%s\n", rt.topology().describe().c_str());
 
