@@ -2,7 +2,7 @@
 #pragma once
 /// @file sync.hpp
 /// Synchronization primitives for fibers: Mutex, ConditionVariable, Event,
-/// Semaphore, WaitGroup, Latch and a bounded Channel<T>.
+/// Semaphore, WaitGroup, Latch and a bounded or unbuffered Channel<T>.
 ///
 /// A waiting fiber is suspended (its worker runs other fibers); a waiting plain
 /// thread is blocked on a futex. Any mix of fibers, plain threads and
@@ -266,23 +266,30 @@ private:
 /// A bounded multi-producer multi-consumer FIFO channel. send() waits while
 /// the channel is full, recv() while it is empty. After close(), sends fail
 /// and receives drain what is buffered, then return std::nullopt.
+///
+/// Capacity 0 makes it unbuffered (a rendezvous, like a Go `chan T` without a
+/// buffer): send() returns only once a receiver has taken the value, the value
+/// moves straight from the sender's frame to the receiver, try_send()
+/// succeeds only if a receiver is already waiting and try_recv() only if a
+/// sender is. close() fails the waiting senders (their values stay with them)
+/// and gives waiting receivers std::nullopt, as in the buffered mode.
 /// T must be nothrow move-constructible.
 template <class T> class Channel {
   static_assert(std::is_nothrow_move_constructible_v<T> && std::is_nothrow_destructible_v<T>,
                 "coresched::Channel<T> needs a nothrow move constructor and destructor");
 
 public:
-  /// Creates an open channel buffering up to `capacity` (>= 1) items.
-  /// @throws UsageError if `capacity` is zero.
+  /// Creates an open channel buffering up to `capacity` items; 0 makes it
+  /// unbuffered (every send waits for a receiver).
   explicit Channel(std::size_t capacity) : cap_(capacity) {
-    if (capacity == 0) throw UsageError("coresched: a Channel needs a capacity of at least 1");
-    buf_ = std::make_unique<std::optional<T>[]>(capacity);
+    if (capacity > 0) buf_ = std::make_unique<std::optional<T>[]>(capacity);
   }
   Channel(const Channel&) = delete;
   Channel& operator=(const Channel&) = delete;
 
-  /// Sends `v`, waiting while the channel is full. Returns false (and leaves
-  /// `v` untouched) if the channel is or becomes closed before it was taken.
+  /// Sends `v`, waiting while the channel is full (unbuffered: until a
+  /// receiver takes it). Returns false (and leaves `v` untouched) if the
+  /// channel is or becomes closed before it was taken.
   bool send(T&& v) { return send_impl(v, true); }
   /// Sends a copy of `v`; see send(T&&).
   bool send(const T& v) {
@@ -290,7 +297,8 @@ public:
     return send_impl(copy, true);
   }
   /// Sends `v` only if that needs no wait. Returns false (and leaves `v`
-  /// untouched) if the channel is full or closed.
+  /// untouched) if the channel is full or closed (unbuffered: unless a
+  /// receiver is waiting).
   bool try_send(T&& v) { return send_impl(v, false); }
   /// Sends a copy of `v` only if that needs no wait; see try_send(T&&).
   bool try_send(const T& v) {
@@ -300,7 +308,8 @@ public:
   /// Receives the oldest item, waiting while the channel is empty and open.
   /// Returns std::nullopt once the channel is closed and drained.
   std::optional<T> recv() { return recv_impl(true); }
-  /// Receives the oldest item if one is there now; std::nullopt otherwise.
+  /// Receives the oldest item if one is there now (unbuffered: from a waiting
+  /// sender); std::nullopt otherwise.
   std::optional<T> try_recv() { return recv_impl(false); }
   /// Closes the channel: waiting senders fail, waiting receivers get
   /// std::nullopt, buffered items can still be received. Idempotent.
@@ -327,7 +336,7 @@ public:
     lk_.unlock();
     return n;
   }
-  /// The capacity given at construction.
+  /// The capacity given at construction (0: unbuffered).
   std::size_t capacity() const noexcept { return cap_; }
 
 private:
@@ -383,6 +392,17 @@ private:
       if (s) detail::WaitQueue::wake(s);
       return out;
     }
+    // Nothing buffered. A sender can wait here only in an unbuffered channel
+    // (a buffered one has senders waiting only while full): take its value
+    // straight from its frame, which stays alive until we wake it.
+    if (detail::Waiter* s = senders_.pop()) {
+      auto* slot = static_cast<SendSlot*>(detail::WaitQueue::slot(s));
+      out.emplace(std::move(*slot->value));
+      slot->taken = true;
+      lk_.unlock();
+      detail::WaitQueue::wake(s);
+      return out;
+    }
     if (closed_ || !block) {
       lk_.unlock();
       return std::nullopt;
@@ -392,11 +412,13 @@ private:
   }
 
   const std::size_t cap_;
-  std::unique_ptr<std::optional<T>[]> buf_;
+  std::unique_ptr<std::optional<T>[]> buf_; // null when unbuffered
   std::size_t head_ = 0, size_ = 0;
   bool closed_ = false;
   mutable detail::SyncLock lk_;
-  detail::WaitQueue senders_, receivers_; // senders wait only when full, receivers only when empty
+  // Senders wait only when full (unbuffered: always, until a receiver comes),
+  // receivers only when empty.
+  detail::WaitQueue senders_, receivers_;
 };
 
 } // namespace coresched

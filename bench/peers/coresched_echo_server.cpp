@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: Apache-2.0
+// The coresched echo server: straight-line code, a fiber per connection, all
+// I/O through coresched::io (each worker's io_uring).
+//
+// Like the epoll server it has one SO_REUSEPORT listener per worker, with an
+// acceptor fiber pinned there, so the kernel spreads connections over the
+// workers the same way; connection fibers are not pinned (a busy worker's
+// fibers may be stolen by an idle one).
+#include "echo_common.hpp"
+
+#include <coresched/coresched.hpp>
+#include <coresched/io.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <array>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+namespace {
+using namespace coresched;
+
+// Sends all of `data` (a short send is continued, an error ends the connection).
+bool send_all(int fd, std::span<const std::byte> data) {
+  while (!data.empty()) {
+    const io::Result r = io::send(fd, data);
+    if (!r || r.value <= 0) return false;
+    data = data.subspan(static_cast<std::size_t>(r.value));
+  }
+  return true;
+}
+
+void serve_connection(int fd) {
+  std::array<std::byte, 4096> buf; // on the fiber's stack
+  for (;;) {
+    const io::Result r = io::recv(fd, buf);
+    if (!r || r.value == 0) break;
+    if (!send_all(fd, std::span<const std::byte>(buf.data(), static_cast<std::size_t>(r.value)))) break;
+  }
+  io::close(fd);
+}
+
+// Blocking listener on purpose: io_uring then arms an internal poll instead of
+// failing with EAGAIN, so accept never busy-loops.
+[[noreturn]] void accept_loop(Runtime& rt, int listener) {
+  for (;;) {
+    const io::Result r = io::accept(listener);
+    if (!r) continue;
+    const int fd = static_cast<int>(r.value);
+    peers::set_nodelay(fd);
+    rt.spawn([fd] { serve_connection(fd); }, SpawnOptions{.detached = true});
+  }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"coresched echo server: prints PORT <n>, serves until killed"};
+  CLI11_PARSE(app, argc, argv);
+  try {
+    peers::raise_nofile_limit();
+    Runtime rt;
+    const auto workers = static_cast<unsigned>(rt.topology().pus().size());
+    std::vector<int> listeners{peers::make_listener(0, true, false)};
+    const int port = peers::local_port(listeners[0]);
+    for (unsigned i = 1; i < workers; ++i) listeners.push_back(peers::make_listener(port, true, false));
+    for (unsigned i = 0; i < workers; ++i)
+      rt.spawn([&rt, fd = listeners[i]] { accept_loop(rt, fd); }, SpawnOptions{.pin_to_pu = i, .detached = true});
+    peers::announce_port(port);
+    for (;;) pause(); // the driver kills us
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "coresched-echo-server: %s\n", e.what());
+    return 1;
+  }
+}

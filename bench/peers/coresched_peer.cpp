@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+// The coresched side of the peer suite: every workload on one Runtime over
+// the real topology (one pinned worker per CPU, default options), so these
+// are the figures a user gets without tuning.
+//
+// "On one worker" and "across two workers" use SpawnOptions::pin_to_pu:
+// coresched can pin a fiber, which Go cannot, so where the workload names a
+// placement coresched is held to it exactly.
+#include "peer_common.hpp"
+
+#include <coresched/coresched.hpp>
+#include <coresched/sync.hpp>
+
+#include <array>
+#include <atomic>
+#include <stdexcept>
+
+namespace {
+using namespace coresched;
+using peers::Clock;
+using peers::Figure;
+using peers::Params;
+
+// Two fibers on worker 0 yield to each other; ns per yield (one switch each).
+std::vector<Figure> yield_pingpong(Runtime& rt, const Params& p) {
+  const long n = p.n;
+  auto body = [n] {
+    for (long i = 0; i < n; ++i) this_fiber::yield();
+  };
+  const SpawnOptions on0{.pin_to_pu = 0};
+  const double ns = rt.spawn([&] {
+                        const auto t0 = Clock::now();
+                        auto other = coresched::spawn(body, on0);
+                        body();
+                        other.join();
+                        return peers::ns_per_op(t0, 2.0 * static_cast<double>(n));
+                      }, on0)
+                        .join();
+  return {{"time", "ns/op", ns}};
+}
+
+// Spawn an empty fiber and join it, n times in a row, from a fiber.
+std::vector<Figure> spawn_join(Runtime& rt, const Params& p) {
+  const long n = p.n;
+  const double ns = rt.spawn([n] {
+                        const auto t0 = Clock::now();
+                        for (long i = 0; i < n; ++i) coresched::spawn([] {}).join();
+                        return peers::ns_per_op(t0, static_cast<double>(n));
+                      }).join();
+  return {{"time", "ns/op", ns}};
+}
+
+// Spawn n empty fibers (all handles held), then join them all.
+std::vector<Figure> spawn_many(Runtime& rt, const Params& p) {
+  const long n = p.n;
+  const double ns = rt.spawn([n] {
+                        std::vector<JoinHandle<void>> hs;
+                        hs.reserve(static_cast<std::size_t>(n));
+                        const auto t0 = Clock::now();
+                        for (long i = 0; i < n; ++i) hs.push_back(coresched::spawn([] {}));
+                        for (auto& h : hs) h.join();
+                        return peers::ns_per_op(t0, static_cast<double>(n));
+                      }).join();
+  return {{"time", "ns/op", ns}};
+}
+
+// skynet: a node spawns 10 children over its range and sums what they return;
+// a node of size 1 returns its number. Children run anywhere (stealing).
+long skynet(long num, long size) {
+  if (size == 1) return num;
+  const long child = size / 10;
+  std::array<JoinHandle<long>, 10> hs;
+  for (long i = 0; i < 10; ++i) hs[static_cast<std::size_t>(i)] = coresched::spawn([=] { return skynet(num + i * child, child); });
+  long sum = 0;
+  for (auto& h : hs) sum += h.join();
+  return sum;
+}
+
+std::vector<Figure> skynet_workload(Runtime& rt, const Params& p) {
+  const long leaves = p.n;
+  const auto t0 = Clock::now();
+  const long sum = rt.spawn([leaves] { return skynet(0, leaves); }).join();
+  const double ns = peers::ns_per_op(t0, static_cast<double>(leaves));
+  if (sum != peers::skynet_expected(leaves)) throw std::runtime_error("skynet: wrong sum");
+  return {{"time", "ns/leaf", ns}};
+}
+
+// Unbuffered Channel round trip: ping on worker 0, pong on worker `pong_pu`
+// (1: across two workers; 0: both on one worker).
+std::vector<Figure> channel_roundtrip(Runtime& rt, const Params& p, unsigned pong_pu) {
+  const long n = p.n;
+  Channel<long> ping(0), pong(0);
+  auto server = rt.spawn([&] {
+    while (auto v = ping.recv()) pong.send(*v + 1);
+  }, SpawnOptions{.pin_to_pu = pong_pu});
+  const double ns = rt.spawn([&] {
+                        const auto t0 = Clock::now();
+                        long x = 0;
+                        for (long i = 0; i < n; ++i) {
+                          ping.send(x);
+                          x = pong.recv().value();
+                        }
+                        const double r = peers::ns_per_op(t0, static_cast<double>(n));
+                        ping.close();
+                        if (x != n) throw std::runtime_error("channel: wrong count");
+                        return r;
+                      }, SpawnOptions{.pin_to_pu = 0})
+                        .join();
+  server.join();
+  return {{"time", "ns/op", ns}};
+}
+
+// Fiber A (worker 0) pauses gap_us, stamps the clock and releases fiber B
+// (worker 1), whose worker has meanwhile gone idle; B records stamp -> running.
+std::vector<Figure> wake_latency(Runtime& rt, const Params& p) {
+  const long n = p.n;
+  const auto gap = std::chrono::nanoseconds(static_cast<long>(p.gap_us * 1000));
+  Semaphore to_b, to_a;
+  std::atomic<Clock::rep> stamp{0};
+  std::vector<double> lat;
+  lat.reserve(static_cast<std::size_t>(n));
+  auto b = rt.spawn([&] {
+    for (long i = 0; i < n; ++i) {
+      to_b.acquire();
+      lat.push_back(static_cast<double>(Clock::now().time_since_epoch().count() - stamp.load()) / 1e3);
+      to_a.release();
+    }
+  }, SpawnOptions{.pin_to_pu = 1});
+  rt.spawn([&] {
+    for (long i = 0; i < n; ++i) {
+      peers::spin_for(gap);
+      stamp.store(Clock::now().time_since_epoch().count());
+      to_b.release();
+      to_a.acquire();
+    }
+  }, SpawnOptions{.pin_to_pu = 0}).join();
+  b.join();
+  return {{"p50", "us", peers::percentile(lat, 50)}, {"p99", "us", peers::percentile(lat, 99)}};
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Runtime rt;
+    if (rt.topology().pus().size() < 2) {
+      std::fprintf(stderr, "coresched peer: needs at least 2 PUs (have %zu)\n", rt.topology().pus().size());
+      return 1;
+    }
+    return peers::run_main(argc, argv, "coresched",
+                           {{"yield", [&](const Params& p) { return yield_pingpong(rt, p); }},
+                            {"spawn_join", [&](const Params& p) { return spawn_join(rt, p); }},
+                            {"spawn_many", [&](const Params& p) { return spawn_many(rt, p); }},
+                            {"skynet", [&](const Params& p) { return skynet_workload(rt, p); }},
+                            {"channel", [&](const Params& p) { return channel_roundtrip(rt, p, 1); }},
+                            {"channel_1w", [&](const Params& p) { return channel_roundtrip(rt, p, 0); }},
+                            {"wake", [&](const Params& p) { return wake_latency(rt, p); }}});
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "coresched peer: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,242 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// The Go side of the peer suite: the same workloads on goroutines, stdlib
+// only, GOMAXPROCS = number of CPUs (1 for the one-worker yield), plus the
+// Go echo server (package net, a goroutine per connection, no net/http).
+//
+// Usage: "go-peer WORKLOAD [-n N] [-gap-us G] [-no-warmup]", or
+// "go-peer echo-server", which prints "PORT <n>" and serves until killed.
+//
+// Output: one JSON object per line, as the C++ peers print (see peers.py).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"sort"
+	"sync"
+	"time"
+)
+
+type figure struct {
+	metric, unit string
+	value        float64
+}
+
+func nsPerOp(t0 time.Time, ops float64) float64 { return float64(time.Since(t0).Nanoseconds()) / ops }
+
+// Two goroutines on one P call runtime.Gosched; ns per yield.
+func yieldPingPong(n int64, _ float64) []figure {
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	var wg sync.WaitGroup
+	body := func() {
+		for i := int64(0); i < n; i++ {
+			runtime.Gosched()
+		}
+		wg.Done()
+	}
+	t0 := time.Now()
+	wg.Add(2)
+	go body()
+	go body()
+	wg.Wait()
+	return []figure{{"time", "ns/op", nsPerOp(t0, 2*float64(n))}}
+}
+
+// Start an empty goroutine and wait for it, n times in a row. Go has no join:
+// the idiomatic wait is a WaitGroup (a channel close costs about the same).
+func spawnJoin(n int64, _ float64) []figure {
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := int64(0); i < n; i++ {
+		wg.Add(1)
+		go func() { wg.Done() }()
+		wg.Wait()
+	}
+	return []figure{{"time", "ns/op", nsPerOp(t0, float64(n))}}
+}
+
+// Start n empty goroutines, then wait for all of them.
+func spawnMany(n int64, _ float64) []figure {
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	wg.Add(int(n))
+	for i := int64(0); i < n; i++ {
+		go func() { wg.Done() }()
+	}
+	wg.Wait()
+	return []figure{{"time", "ns/op", nsPerOp(t0, float64(n))}}
+}
+
+// skynet as Go programs write it: every node reports to its parent on a channel.
+func skynet(out chan<- int64, num, size int64) {
+	if size == 1 {
+		out <- num
+		return
+	}
+	child := size / 10
+	results := make(chan int64, 10)
+	for i := int64(0); i < 10; i++ {
+		go skynet(results, num+i*child, child)
+	}
+	var sum int64
+	for i := 0; i < 10; i++ {
+		sum += <-results
+	}
+	out <- sum
+}
+
+func skynetWorkload(leaves int64, _ float64) []figure {
+	out := make(chan int64, 1)
+	t0 := time.Now()
+	go skynet(out, 0, leaves)
+	sum := <-out
+	ns := nsPerOp(t0, float64(leaves))
+	if sum != leaves*(leaves-1)/2 {
+		fail("skynet: wrong sum")
+	}
+	return []figure{{"time", "ns/leaf", ns}}
+}
+
+// Unbuffered channel round trip between two goroutines. Go cannot pin them to
+// two Ps; the scheduler may well run both on one (a receiver readied by a
+// send goes to the sender's P first) — that is Go's real behaviour.
+func channelRoundTrip(n int64, _ float64) []figure {
+	return roundTrip(n)
+}
+
+// The same on one P (GOMAXPROCS=1): both goroutines on one worker.
+func channelRoundTrip1w(n int64, _ float64) []figure {
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	return roundTrip(n)
+}
+
+func roundTrip(n int64) []figure {
+	ping, pong := make(chan int64), make(chan int64)
+	go func() {
+		for v := range ping {
+			pong <- v + 1
+		}
+	}()
+	t0 := time.Now()
+	var x int64
+	for i := int64(0); i < n; i++ {
+		ping <- x
+		x = <-pong
+	}
+	r := nsPerOp(t0, float64(n))
+	close(ping)
+	if x != n {
+		fail("channel: wrong count")
+	}
+	return []figure{{"time", "ns/op", r}}
+}
+
+func spinFor(d time.Duration) {
+	until := time.Now().Add(d)
+	for time.Now().Before(until) {
+	}
+}
+
+// A pauses gapUs, stamps and wakes B (blocked on a channel receive); B records the latency.
+func wakeLatency(n int64, gapUs float64) []figure {
+	toB, toA := make(chan time.Time, 1), make(chan struct{}, 1)
+	lat := make([]float64, 0, n)
+	done := make(chan struct{})
+	go func() {
+		for i := int64(0); i < n; i++ {
+			stamp := <-toB
+			lat = append(lat, float64(time.Since(stamp).Nanoseconds())/1e3)
+			toA <- struct{}{}
+		}
+		close(done)
+	}()
+	gap := time.Duration(gapUs * 1000)
+	for i := int64(0); i < n; i++ {
+		spinFor(gap)
+		toB <- time.Now()
+		<-toA
+	}
+	<-done
+	sort.Float64s(lat)
+	pct := func(p float64) float64 { return lat[int(p/100*float64(len(lat)-1)+0.5)] }
+	return []figure{{"p50", "us", pct(50)}, {"p99", "us", pct(99)}}
+}
+
+// The echo server: one listener, a goroutine per connection echoing what it reads.
+func echoServer() {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fail(err.Error())
+	}
+	fmt.Printf("PORT %d\n", ln.Addr().(*net.TCPAddr).Port)
+	os.Stdout.Sync()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			continue
+		}
+		go func(c net.Conn) {
+			defer c.Close()
+			buf := make([]byte, 4096)
+			for {
+				k, err := c.Read(buf)
+				if k > 0 {
+					if _, werr := c.Write(buf[:k]); werr != nil {
+						return
+					}
+				}
+				if err != nil { // io.EOF: the client closed
+					return
+				}
+			}
+		}(c)
+	}
+}
+
+func fail(msg string) {
+	fmt.Fprintln(os.Stderr, "go peer:", msg)
+	os.Exit(1)
+}
+
+func main() {
+	workloads := map[string]func(int64, float64) []figure{
+		"yield": yieldPingPong, "spawn_join": spawnJoin, "spawn_many": spawnMany,
+		"skynet": skynetWorkload, "channel": channelRoundTrip, "channel_1w": channelRoundTrip1w,
+		"wake": wakeLatency,
+	}
+	if len(os.Args) < 2 {
+		fail("usage: go-peer WORKLOAD|echo-server [-n N] [-gap-us G] [-no-warmup]")
+	}
+	name := os.Args[1]
+	fs := flag.NewFlagSet(name, flag.ExitOnError)
+	n := fs.Int64("n", 100000, "size of the trial")
+	gap := fs.Float64("gap-us", 300, "wake: microseconds the waker pauses before each wake")
+	noWarmup := fs.Bool("no-warmup", false, "skip the warm-up at a tenth of the size")
+	fs.Parse(os.Args[2:])
+	runtime.GOMAXPROCS(runtime.NumCPU())
+	if name == "echo-server" {
+		echoServer()
+		return
+	}
+	run, ok := workloads[name]
+	if !ok || *n <= 0 {
+		fail("unknown workload or bad -n: " + name)
+	}
+	if !*noWarmup {
+		warm := *n / 10
+		if warm < 1 {
+			warm = 1
+		}
+		run(warm, *gap)
+	}
+	for _, f := range run(*n, *gap) {
+		fmt.Printf("{\"peer\": \"go\", \"workload\": \"%s\", \"metric\": \"%s\", \"unit\": \"%s\", \"value\": %g}\n",
+			name, f.metric, f.unit, f.value)
+	}
+}

@@ -1,0 +1,425 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""The peer suite driver: runs the same workloads on coresched, Boost.Fiber,
+Go and plain threads, and the echo load generator against three servers, in
+one invocation; prints ONE table (stdout) with each figure, the coresched/peer
+ratio, the target and whether it is met; progress goes to stderr.
+
+Each figure is the median of --rounds invocations; rounds are interleaved
+across peers (round 1 of every peer, then round 2, ...) so a slow phase of this
+noisy machine hits every peer alike. Ratios are only ever formed between
+figures of the same run. Nothing here knows what a result "should" be.
+
+Standard library only (no numpy). See docs/performance.md.
+"""
+import argparse
+import json
+import os
+import platform
+import select
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+PEERS = {  # name -> (display name, program in the bin dir)
+    "coresched": ("coresched", "peer-coresched"),
+    "boost_fiber": ("Boost.Fiber", "peer-boost-fiber"),
+    "go": ("Go", "peer-go"),
+    "threads": ("threads", "peer-threads"),
+}
+ECHO_SERVERS = {  # name -> (display name, argv after the bin dir)
+    "coresched": ("coresched", ["peer-echo-coresched"]),
+    "go": ("Go", ["peer-go", "echo-server"]),
+    "epoll": ("epoll", ["peer-echo-epoll"]),
+}
+DISPLAY = {**{k: v[0] for k, v in PEERS.items()}, **{k: v[0] for k, v in ECHO_SERVERS.items()}}
+
+
+class Workload:
+    """One workload: its size at full and --quick scale, and per-peer size
+    factors where a peer cannot do the full size in reasonable time (the
+    figure is per operation, so it stays comparable)."""
+
+    def __init__(self, name, what, full, quick, scale=None, peers=None, higher_is_better=False):
+        self.name, self.what, self.full, self.quick = name, what, full, quick
+        self.scale = scale or {}
+        self.peers = peers or list(PEERS)
+        self.higher_is_better = higher_is_better
+
+    def size(self, peer, quick):
+        n = self.quick if quick else self.full
+        return max(1, int(n * self.scale.get(peer, 1.0)))
+
+
+WORKLOADS = [
+    Workload("yield", "yield ping-pong, 2 fibers on 1 worker (ns per yield)", 1_000_000, 20_000,
+             scale={"threads": 0.05}),
+    Workload("spawn_join", "spawn + join an empty fiber, one at a time (ns per fiber)", 500_000, 10_000,
+             scale={"threads": 0.02}),
+    # Boost.Fiber allocates every fiber's 128 KiB stack at creation and keeps it
+    # until join; a million of them exceed the address-space map limit and take
+    # minutes, so it (and threads) spawn fewer and report per fiber.
+    Workload("spawn_many", "spawn 1M empty fibers, then join all (ns per fiber)", 1_000_000, 20_000,
+             scale={"threads": 0.01, "boost_fiber": 0.05}),
+    # Reported per leaf so a peer run at a smaller power of ten stays comparable:
+    # Boost.Fiber's malloc'd 128 KiB stack per fiber makes 1M leaves take ~15 s a round here.
+    Workload("skynet", "skynet: 1M leaves, 10-ary tree, sum of results (ns per leaf)", 1_000_000, 10_000,
+             scale={"boost_fiber": 0.1}, peers=["coresched", "boost_fiber", "go"]),
+    Workload("channel", "unbuffered channel round trip across 2 workers (ns)", 200_000, 5_000,
+             scale={"threads": 0.05}),
+    Workload("channel_1w", "unbuffered channel round trip on 1 worker (ns; no target)", 200_000, 5_000,
+             scale={"threads": 0.05}),
+    Workload("wake", "cross-worker wake latency, waker pauses --gap-us first (us)", 2_000, 200),
+    Workload("echo", "loopback TCP echo, 64-byte messages (requests/s)", 0, 0,
+             peers=list(ECHO_SERVERS), higher_is_better=True),
+]
+BY_NAME = {w.name: w for w in WORKLOADS}
+
+# (workload, metric, peer) -> (operator, bound) on coresched/peer, from issue 6.
+TARGETS = {
+    ("yield", "time", "boost_fiber"): ("<=", 0.35),
+    ("spawn_join", "time", "boost_fiber"): ("<=", 0.5),
+    ("spawn_join", "time", "go"): ("<=", 0.25),
+    ("spawn_many", "time", "boost_fiber"): ("<=", 0.5),
+    ("spawn_many", "time", "go"): ("<=", 0.25),
+    ("skynet", "time", "go"): ("<=", 0.5),
+    ("channel", "time", "go"): ("<=", 0.5),
+    ("echo", "rps", "epoll"): (">=", 1.0),
+}
+
+
+def log(msg):
+    print(f"[peers] {msg}", file=sys.stderr, flush=True)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        description="coresched peer suite: coresched vs Boost.Fiber, Go and threads; one table, ratios in one run.",
+        epilog="Workloads: " + ", ".join(w.name for w in WORKLOADS))
+    p.add_argument("--build-dir", default="build", help="CMake build directory (default: build)")
+    p.add_argument("--bin-dir", help="where the peer programs are (default: BUILD_DIR/bench/peers)")
+    p.add_argument("--no-build", action="store_true", help="do not run 'cmake --build BUILD_DIR --target peer-suite' first")
+    p.add_argument("--quick", action="store_true", help="small sizes and 2 rounds (a smoke test, seconds)")
+    p.add_argument("--rounds", type=int, help="invocations per figure; the median is reported (default 5, --quick 2)")
+    p.add_argument("--only", action="append", default=[], metavar="WORKLOAD",
+                   help="run only these workloads (repeatable or comma-separated)")
+    p.add_argument("--peers", default="", help="comma-separated subset of peers (coresched is always run)")
+    p.add_argument("--gap-us", type=float, default=300.0,
+                   help="wake: the waker's pause before each wake, so the target has gone idle (default 300)")
+    p.add_argument("--connections", type=int, help="echo: connections (default 1000, --quick 100)")
+    p.add_argument("--echo-seconds", type=float, help="echo: measured seconds per round (default 2, --quick 0.3)")
+    p.add_argument("--json", metavar="FILE", help="also write every figure, trial and ratio as JSON to FILE")
+    p.add_argument("--check-json", action="store_true",
+                   help="after writing --json, check its structure and that every figure is positive (for ctest)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per program invocation")
+    a = p.parse_args(argv)
+    a.only = [w for item in a.only for w in item.split(",") if w]
+    for w in a.only:
+        if w not in BY_NAME:
+            p.error(f"unknown workload '{w}' (known: {', '.join(BY_NAME)})")
+    a.peer_filter = [x for x in a.peers.split(",") if x]
+    for x in a.peer_filter:
+        if x not in DISPLAY:
+            p.error(f"unknown peer '{x}' (known: {', '.join(DISPLAY)})")
+    if a.check_json and not a.json:
+        p.error("--check-json needs --json FILE")
+    a.rounds = a.rounds or (2 if a.quick else 5)
+    a.connections = a.connections or (100 if a.quick else 1000)
+    a.echo_seconds = a.echo_seconds or (0.3 if a.quick else 2.0)
+    a.bin_dir = a.bin_dir or os.path.join(a.build_dir, "bench", "peers")
+    return a
+
+
+def build(args):
+    cmd = ["cmake", "--build", args.build_dir, "--target", "peer-suite"]
+    log("building: " + " ".join(cmd))
+    r = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
+    if r.returncode != 0:
+        sys.exit(f"peers: the build failed ({' '.join(cmd)})")
+
+
+def available_peers(args):
+    """Which peers can run; a missing Go is a skipped column, not a failure."""
+    ok, skipped = [], []
+    for name in DISPLAY:
+        if args.peer_filter and name not in args.peer_filter and name != "coresched":
+            continue
+        progs = [PEERS[name][1]] if name in PEERS else []
+        progs += [ECHO_SERVERS[name][1][0]] if name in ECHO_SERVERS else []
+        missing = [p for p in progs if not os.access(os.path.join(args.bin_dir, p), os.X_OK)]
+        if not missing:
+            ok.append(name)
+            continue
+        why = f"{', '.join(missing)} not found in {args.bin_dir}"
+        if name == "go" and not shutil.which("go"):
+            why += " (go is not installed: apt-get install golang-go, then rebuild)"
+        elif name == "coresched":
+            sys.exit(f"peers: {why}; build first (cmake --build {args.build_dir} --target peer-suite)")
+        log(f"skipping the {DISPLAY[name]} column: {why}")
+        skipped.append({"peer": name, "reason": why})
+    if not os.access(os.path.join(args.bin_dir, "peer-echo-client"), os.X_OK):
+        sys.exit(f"peers: peer-echo-client not found in {args.bin_dir}")
+    return ok, skipped
+
+
+def parse_lines(out):
+    figs = []
+    for line in out.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            figs.append(json.loads(line))
+    return figs
+
+
+def run_program(argv, timeout):
+    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {r.returncode}: {r.stderr.strip()[-400:]}")
+    figs = parse_lines(r.stdout)
+    if not figs:
+        raise RuntimeError(f"{' '.join(argv)} printed no figure")
+    return figs
+
+
+def wait_for_port(proc, timeout):
+    """Reads the server's 'PORT <n>' line (it prints it once it listens)."""
+    deadline = time.monotonic() + timeout
+    buf = ""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.1)
+        if ready:
+            chunk = os.read(proc.stdout.fileno(), 4096).decode()
+            if not chunk:
+                break
+            buf += chunk
+            for line in buf.splitlines():
+                if line.startswith("PORT "):
+                    return int(line.split()[1])
+        if proc.poll() is not None:
+            break
+    raise RuntimeError("the echo server did not announce its port: " + (proc.stderr.read() or "")[-400:])
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def run_echo(args, server):
+    """One round: start `server`, drive it with the one shared client, stop it."""
+    argv = [os.path.join(args.bin_dir, ECHO_SERVERS[server][1][0])] + ECHO_SERVERS[server][1][1:]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=False)
+    try:
+        port = wait_for_port(proc, 20)
+        client = [os.path.join(args.bin_dir, "peer-echo-client"), "--port", str(port), "--label", server,
+                  "--connections", str(args.connections), "--seconds", str(args.echo_seconds),
+                  "--warmup", str(0.1 if args.quick else 0.5)]
+        return run_program(client, args.timeout)
+    finally:
+        stop(proc)
+
+
+def run_one(args, w, peer):
+    if w.name == "echo":
+        return run_echo(args, peer)
+    n = w.size(peer, args.quick)
+    argv = [os.path.join(args.bin_dir, PEERS[peer][1]), w.name, "-n", str(n)]
+    if w.name == "wake":
+        argv += ["--gap-us", str(args.gap_us)]
+    return run_program(argv, args.timeout)
+
+
+def stats(values):
+    return {
+        "median": statistics.median(values), "min": min(values), "max": max(values),
+        "mean": statistics.fmean(values), "stdev": statistics.pstdev(values),  # population stdev
+        "trials": values,
+    }
+
+
+def run_all(args, peers_ok):
+    """Returns results[workload][metric][peer] = stats + unit + size, and errors."""
+    results, errors = {}, []
+    selected = [w for w in WORKLOADS if not args.only or w.name in args.only]
+    for w in selected:
+        peers = [p for p in w.peers if p in peers_ok]
+        if "coresched" not in peers:
+            continue
+        log(f"{w.name}: {w.what}; {', '.join(DISPLAY[p] for p in peers)}; {args.rounds} rounds")
+        trials = {}  # (metric, peer) -> [values], plus units
+        units = {}
+        for r in range(args.rounds):
+            order = peers[r % len(peers):] + peers[:r % len(peers)]  # rotate who goes first
+            for peer in order:
+                try:
+                    t0 = time.monotonic()
+                    figs = run_one(args, w, peer)
+                except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as e:
+                    log(f"  {w.name} {DISPLAY[peer]}: FAILED: {e}")
+                    errors.append({"workload": w.name, "peer": peer, "error": str(e)})
+                    continue
+                shown = []
+                for f in figs:
+                    trials.setdefault((f["metric"], peer), []).append(float(f["value"]))
+                    units[f["metric"]] = f["unit"]
+                    shown.append(f"{f['metric']} {f['value']:.4g} {f['unit']}")
+                log(f"  round {r + 1}/{args.rounds} {DISPLAY[peer]:<11} {', '.join(shown)}"
+                    f"  ({time.monotonic() - t0:.1f} s)")
+        for (metric, peer), vals in trials.items():
+            entry = stats(vals)
+            entry["unit"] = units[metric]
+            entry["size"] = args.connections if w.name == "echo" else w.size(peer, args.quick)
+            results.setdefault(w.name, {}).setdefault(metric, {})[peer] = entry
+    return results, errors
+
+
+def ratios(results):
+    out = []
+    for wname, metrics in results.items():
+        w = BY_NAME[wname]
+        for metric, by_peer in metrics.items():
+            ours = by_peer.get("coresched")
+            if not ours:
+                continue
+            for peer, theirs in by_peer.items():
+                if peer == "coresched" or theirs["median"] <= 0:
+                    continue
+                ratio = ours["median"] / theirs["median"]
+                target = TARGETS.get((wname, metric, peer))
+                met = None
+                if target:
+                    met = ratio <= target[1] if target[0] == "<=" else ratio >= target[1]
+                out.append({"workload": wname, "metric": metric, "peer": peer, "ratio": ratio,
+                            "higher_is_better": w.higher_is_better,
+                            "target": f"{target[0]}{target[1]}" if target else None, "met": met})
+    return out
+
+
+def fmt(v):
+    if v >= 1e5:
+        return f"{v:,.0f}"
+    if v >= 100:
+        return f"{v:.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def table(results, rats):
+    """The one table: a row per (workload, metric, peer)."""
+    by_key = {(r["workload"], r["metric"], r["peer"]): r for r in rats}
+    rows = [("workload", "metric", "unit", "coresched", "peer", "peer value", "ratio", "target", "met")]
+    for w in WORKLOADS:
+        for metric, by_peer in results.get(w.name, {}).items():
+            ours = by_peer.get("coresched")
+            if not ours:
+                continue
+            ours_s = f"{fmt(ours['median'])} ±{fmt(ours['stdev'])}"
+            first = True
+            for peer in [p for p in DISPLAY if p in by_peer and p != "coresched"]:
+                theirs, r = by_peer[peer], by_key.get((w.name, metric, peer))
+                rows.append((w.name if first else "", metric if first else "", ours["unit"] if first else "",
+                             ours_s if first else "", DISPLAY[peer],
+                             f"{fmt(theirs['median'])} ±{fmt(theirs['stdev'])}",
+                             f"{r['ratio']:.3f}" if r else "-", (r or {}).get("target") or "",
+                             {True: "yes", False: "NO", None: ""}[(r or {}).get("met")]))
+                first = False
+            if first:  # no peer measured
+                rows.append((w.name, metric, ours["unit"], ours_s, "-", "-", "-", "", ""))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for i, row in enumerate(rows):
+        lines.append("  ".join(str(c).ljust(widths[j]) if j < 5 else str(c).rjust(widths[j])
+                               for j, c in enumerate(row)).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * wd for wd in widths))
+    return "\n".join(lines)
+
+
+def machine():
+    info = {"cpus": os.cpu_count(), "allowed_cpus": len(os.sched_getaffinity(0)),
+            "kernel": platform.release(), "python": platform.python_version()}
+    go = shutil.which("go")
+    if go:
+        try:
+            info["go"] = subprocess.run([go, "version"], capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return info
+
+
+def check_json(path):
+    """The ctest check: structure and positive numbers, never timing."""
+    with open(path) as f:
+        doc = json.load(f)
+    problems = []
+    for key in ("suite", "machine", "command", "rounds", "results", "ratios", "skipped", "errors"):
+        if key not in doc:
+            problems.append(f"missing key '{key}'")
+    if doc.get("errors"):
+        problems.append(f"{len(doc['errors'])} invocation(s) failed: {doc['errors'][0]}")
+    for wname, metrics in doc.get("results", {}).items():
+        if wname not in BY_NAME:
+            problems.append(f"unknown workload {wname}")
+        for metric, by_peer in metrics.items():
+            if "coresched" not in by_peer:
+                problems.append(f"{wname}/{metric}: no coresched figure")
+            for peer, s in by_peer.items():
+                for k in ("median", "min", "max", "mean", "stdev", "trials", "unit", "size"):
+                    if k not in s:
+                        problems.append(f"{wname}/{metric}/{peer}: missing '{k}'")
+                if not s.get("trials") or any(not (v > 0) for v in s.get("trials", [])):
+                    problems.append(f"{wname}/{metric}/{peer}: a trial is not positive: {s.get('trials')}")
+                if not (s.get("median", 0) > 0) or s.get("stdev", -1) < 0:
+                    problems.append(f"{wname}/{metric}/{peer}: bad median/stdev")
+    for r in doc.get("ratios", []):
+        if not (r.get("ratio", 0) > 0):
+            problems.append(f"ratio not positive: {r}")
+    return problems
+
+
+def main(argv):
+    args = parse_args(argv)
+    if not args.no_build:
+        build(args)
+    peers_ok, skipped = available_peers(args)
+    started = time.time()
+    results, errors = run_all(args, peers_ok)
+    rats = ratios(results)
+    print(f"coresched peer suite: {machine()['allowed_cpus']} CPUs, {'quick' if args.quick else 'full'} sizes, "
+          f"median of {args.rounds} rounds ± population stdev; ratio = coresched / peer "
+          f"(echo: requests/s, higher is better; everything else: lower is better)")
+    print(table(results, rats))
+    for s in skipped:
+        print(f"skipped: {DISPLAY[s['peer']]}: {s['reason']}")
+    for e in errors:
+        print(f"FAILED: {e['workload']} on {DISPLAY[e['peer']]}: {e['error']}")
+    log(f"done in {time.time() - started:.0f} s")
+    if args.json:
+        doc = {"suite": "coresched-peers", "version": 1, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+               "machine": machine(), "command": " ".join([sys.argv[0]] + argv), "quick": args.quick,
+               "rounds": args.rounds, "gap_us": args.gap_us, "connections": args.connections,
+               "echo_seconds": args.echo_seconds, "results": results, "ratios": rats,
+               "skipped": skipped, "errors": errors}
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2)
+        if args.check_json:
+            problems = check_json(args.json)
+            for p in problems:
+                print(f"check: {p}", file=sys.stderr)
+            if problems:
+                return 1
+            log(f"{args.json}: structure OK, every figure positive")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
