@@ -11,7 +11,10 @@ namespace coresched::detail {
 class LocalQueue {
 public:
   bool empty() const noexcept { return head_ == nullptr; }
+  /// Fibers queued that are not pinned to this worker (others could run them).
+  unsigned unpinned() const noexcept { return unpinned_; }
   void push(Fiber* f) noexcept {
+    unpinned_ += f->pinned == kNotPinned;
     f->next = nullptr;
     if (tail_) tail_->next = f;
     else head_ = f;
@@ -20,6 +23,7 @@ public:
   Fiber* pop() noexcept {
     Fiber* f = head_;
     if (f) {
+      unpinned_ -= f->pinned == kNotPinned;
       head_ = f->next;
       if (!head_) tail_ = nullptr;
       f->next = nullptr;
@@ -35,6 +39,7 @@ public:
     Fiber* prev = nullptr;
     for (Fiber* x = head_; x; prev = x, x = x->next) {
       if (x != f) continue;
+      unpinned_ -= x->pinned == kNotPinned;
       (prev ? prev->next : head_) = x->next;
       if (tail_ == x) tail_ = prev;
       x->next = nullptr;
@@ -46,6 +51,7 @@ public:
 private:
   Fiber* head_ = nullptr;
   Fiber* tail_ = nullptr;
+  unsigned unpinned_ = 0;
 };
 
 } // namespace coresched::detail

@@ -17,6 +17,10 @@
 
 namespace coresched::detail {
 
+namespace testing {
+std::atomic<bool> idle_never_sleeps{false};
+} // namespace testing
+
 constinit thread_local Worker* tls_worker = nullptr;
 constinit thread_local std::atomic<bool>* tls_preempt = nullptr;
 
@@ -261,8 +265,12 @@ void Worker::finish(Fiber* f) {
   if (joiner) wake_fiber(joiner);
 }
 
-bool Worker::local_ok() const noexcept {
-  return core_.single_pu() && core_.queued_hint() == 0 && !sched_.idle_hint() && ring_.inflight() == 0;
+// The owner-only queue may hold fibers only while no other worker could run
+// them: none is idle, or every one of them (and `adding`) is pinned here.
+bool Worker::local_ok(const Fiber* adding) const noexcept {
+  if (!core_.single_pu() || core_.queued_hint() != 0 || ring_.inflight() != 0) return false;
+  if (!sched_.idle_hint()) return true;
+  return local_.unpinned() == 0 && (!adding || adding->pinned != kNotPinned);
 }
 
 // Reaps I/O completions and wakes their fibers. Called at every scheduling
@@ -283,7 +291,7 @@ void Worker::spill_local_locked() {
 }
 
 bool Worker::push_local(Fiber* f) {
-  if (!local_ok()) return false;
+  if (!local_ok(f)) return false;
   local_.push(f);
   return true;
 }
@@ -323,7 +331,7 @@ Pick Worker::pick() {
 
 void Worker::yield() {
   Fiber* self = current_;
-  if (local_ok()) {
+  if (local_ok(self)) {
     // Single-PU fast path: nothing shared to look at, nobody idle to share with.
     Sibling& me = sibling();
     if (me.preempt.load(std::memory_order_relaxed)) me.preempt.store(false, std::memory_order_relaxed);
@@ -476,7 +484,7 @@ Fiber* Worker::find_work() {
     }
     if (!spinning && !forced_) spinning = sched_.try_start_spinning();
     const int limit = forced_ ? kForcedIdleSpinRounds : spinning ? kIdleSpinRounds : kUnclaimedSpinRounds;
-    if (rounds < limit) {
+    if (rounds < limit || testing::idle_never_sleeps.load(std::memory_order_relaxed)) {
       ++rounds;
       for (int i = 0; i < kPausesPerRound; ++i) _mm_pause();
       continue;

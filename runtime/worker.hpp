@@ -29,6 +29,13 @@ namespace coresched::detail {
 class Scheduler;
 class Worker;
 
+namespace testing {
+/// Benchmark-only: idle workers spin and never sleep. Valgrind 3.19 runs a
+/// thread blocked in io_uring_enter while holding its global lock, so a
+/// sleeping worker would stall every other thread (bench/budget).
+extern std::atomic<bool> idle_never_sleeps;
+} // namespace testing
+
 /// The calling thread's worker and its preempt flag (null on plain threads).
 /// Read them only where no fiber switch can intervene; elsewhere use Worker::current().
 extern thread_local constinit Worker* tls_worker;
@@ -141,7 +148,7 @@ private:
   // worker was idle. Owner-only, so yield and spawn+join take no lock; spilled
   // to the core's (stealable) queue whenever another worker goes idle.
   LocalQueue local_;
-  bool local_ok() const noexcept;
+  bool local_ok(const Fiber* adding = nullptr) const noexcept;
   void spill_local_locked();
   bool push_local(Fiber* f);
 
