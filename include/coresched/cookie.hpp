@@ -19,7 +19,8 @@ public:
   /// The untagged cookie (value 0).
   constexpr Cookie() noexcept = default;
 
-  /// Makes a new cookie, unique within the process (never 0).
+  /// Makes a new cookie, unique within the process (never 0). Callable from any
+  /// thread, with or without a Runtime; cookies are never reused.
   static Cookie create() noexcept;
 
   /// Rebuilds a cookie from value(); for stats tables and tests.
@@ -31,6 +32,7 @@ public:
   /// True for the default, untagged cookie.
   constexpr bool untagged() const noexcept { return value_ == 0; }
 
+  /// Equal cookies may run side by side on sibling PUs; untagged equals only untagged.
   friend constexpr bool operator==(Cookie, Cookie) noexcept = default;
 
 private:
@@ -42,5 +44,6 @@ private:
 
 /// Hash support so cookies can key unordered containers.
 template <> struct std::hash<coresched::Cookie> {
+  /// Hashes the raw value().
   std::size_t operator()(coresched::Cookie c) const noexcept { return std::hash<std::uint64_t>{}(c.value()); }
 };

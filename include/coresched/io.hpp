@@ -21,7 +21,8 @@ namespace coresched::io {
 
 /// The outcome of one operation: a byte count or fd on success, else an error
 /// (std::errc::timed_out for an expired timeout, operation_canceled for a
-/// cancelled one, or the errno the kernel returned).
+/// cancelled one or one cut short by Runtime::shutdown(), or the errno the
+/// kernel returned, in std::system_category()).
 struct Result {
   std::int64_t value = 0;  ///< Bytes transferred, or the new fd (accept, openat).
   std::error_code error;   ///< Empty on success.
@@ -36,11 +37,15 @@ struct Result {
 /// kernel had not completed it yet). One operation at a time.
 class Cancellation {
 public:
+  /// Creates a handle with nothing cancelled yet.
   Cancellation() = default;
+  /// Not copyable or movable: an operation in flight refers to the handle by address.
   Cancellation(const Cancellation&) = delete;
+  /// Not assignable, for the same reason.
   Cancellation& operator=(const Cancellation&) = delete;
   /// Requests cancellation of the operation now in flight, if any; sticky, so
   /// an operation started later with this object is cancelled at once.
+  /// Callable from any fiber or thread.
   void cancel() noexcept;
   /// Whether cancel() was called.
   bool cancelled() const noexcept;
@@ -56,8 +61,8 @@ private:
 
 /// Per-call options: a timeout for the operation and/or a cancellation handle.
 struct OpOptions {
-  std::optional<std::chrono::nanoseconds> timeout; ///< Fail with timed_out after this long.
-  Cancellation* cancel = nullptr;                  ///< Cancel from elsewhere.
+  std::optional<std::chrono::nanoseconds> timeout; ///< Fail with timed_out this long after submission.
+  Cancellation* cancel = nullptr;                  ///< Lets another fiber or thread cancel it; must outlive the call.
 };
 
 /// read(2) at `offset` (-1: the file position).
@@ -80,11 +85,13 @@ Result connect(int fd, const sockaddr* addr, socklen_t addrlen, OpOptions o = {}
 Result poll(int fd, unsigned events, OpOptions o = {});
 /// fsync(2).
 Result fsync(int fd, OpOptions o = {});
-/// openat(2); value is the new fd.
+/// openat(2) with O_CLOEXEC added; value is the new fd.
 Result openat(int dirfd, const char* path, int flags, mode_t mode = 0, OpOptions o = {});
-/// close(2).
+/// close(2), through the ring; takes no timeout or cancellation.
 Result close(int fd);
-/// Suspends the fiber until `deadline` on the ring's timer (CLOCK_MONOTONIC).
+/// Suspends the fiber until `deadline` on the ring's timer (CLOCK_MONOTONIC, the
+/// steady clock); never wakes early. Succeeds when the deadline passes;
+/// operation_canceled if `cancel` fires or the runtime shuts down first.
 Result sleep_until(std::chrono::steady_clock::time_point deadline, Cancellation* cancel = nullptr);
 
 } // namespace coresched::io

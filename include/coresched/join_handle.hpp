@@ -15,10 +15,13 @@
 
 namespace coresched {
 
-/// Thrown on misuse: joining twice, fiber-only calls from a plain thread,
-/// spawning after shutdown, a zero-size stack.
+/// Thrown on misuse: joining or detaching a handle that is not joinable, a
+/// fiber joining itself, fiber-only calls from a plain thread, spawning after
+/// shutdown, shutdown() from the runtime's own fiber, a zero-size stack, an
+/// out-of-range pin_to_pu, invalid Options. A logic_error: fix the caller.
 class UsageError : public std::logic_error {
 public:
+  /// Takes the message that what() returns.
   using std::logic_error::logic_error;
 };
 
@@ -27,14 +30,19 @@ struct SpawnOptions {
   /// Cookie of the new fiber; unset means inherit the spawning fiber's cookie
   /// (untagged when spawned from a plain thread).
   std::optional<Cookie> cookie;
-  /// Usable stack size in bytes; unset means Options::stack_size. Zero is an error.
+  /// Usable stack size in bytes, rounded up to whole pages (a guard page comes
+  /// on top); unset means Options::stack_size. Zero is a UsageError.
   std::optional<std::size_t> stack_size;
   /// Pin the fiber to one PU (Topology::pus() index): it never migrates.
+  /// An index past the last PU is a UsageError.
   std::optional<unsigned> pin_to_pu;
-  /// Spawn detached: no handle is returned to join.
+  /// Spawn detached: the returned handle is empty (not joinable) and the
+  /// fiber's result or exception is discarded.
   bool detached = false;
 };
 
+/// Implementation details of spawning and joining, used by the templates below;
+/// not part of the API and may change without notice.
 namespace detail {
 
 /// Type-erased body of a fiber. The runtime allocates it together with its
@@ -99,23 +107,35 @@ template <class F> Task* spawn_callable(Scheduler* s, F&& f, const SpawnOptions&
 /// destroying a joinable handle joins it (and discards its result).
 template <class T> class JoinHandle {
 public:
+  /// An empty handle: not joinable, id() is 0.
   JoinHandle() noexcept = default;
+  /// Adopts a spawned task (null gives an empty handle). Used by Runtime::spawn;
+  /// applications get handles from spawn() instead.
   explicit JoinHandle(detail::Task* t) noexcept : task_(static_cast<detail::ResultTask<T>*>(t)) {}
+  /// Takes over `o`'s fiber; `o` becomes empty.
   JoinHandle(JoinHandle&& o) noexcept : task_(std::exchange(o.task_, nullptr)) {}
+  /// Takes over `o`'s fiber; `o` becomes empty. A fiber this handle still owns is
+  /// joined first (the caller waits for it) and its result discarded.
   JoinHandle& operator=(JoinHandle&& o) noexcept {
     if (this != &o) { reset(); task_ = std::exchange(o.task_, nullptr); }
     return *this;
   }
+  /// Not copyable: exactly one handle owns a fiber and its result.
   JoinHandle(const JoinHandle&) = delete;
+  /// Not assignable, for the same reason.
   JoinHandle& operator=(const JoinHandle&) = delete;
+  /// Joins a still-joinable fiber (the caller waits for it, as in std::jthread)
+  /// and discards its result or exception. detach() first to avoid the wait.
   ~JoinHandle() { reset(); }
 
   /// True until join() or detach().
   bool joinable() const noexcept { return task_ != nullptr; }
 
   /// Waits for the fiber (suspending the calling fiber, or blocking a plain
-  /// thread), then returns its result or rethrows its exception.
-  /// @throws UsageError if not joinable (joined twice, detached, empty).
+  /// thread), then returns its result or rethrows its exception. The handle
+  /// is empty afterwards.
+  /// @throws UsageError if not joinable (joined twice, detached, empty) or if
+  /// the fiber tries to join itself.
   T join() {
     if (!task_) throw UsageError("coresched: join() on a handle that is not joinable (already joined or detached)");
     detail::join_task(task_);
@@ -125,7 +145,9 @@ public:
     if constexpr (!std::is_void_v<T>) return std::move(*t->result);
   }
 
-  /// Lets the fiber run on its own; its result is discarded.
+  /// Lets the fiber run on its own; its result or exception is discarded and
+  /// the handle becomes empty. The runtime's shutdown still waits for it.
+  /// @throws UsageError if not joinable.
   void detach() {
     if (!task_) throw UsageError("coresched: detach() on a handle that is not joinable");
     detail::release_task(std::exchange(task_, nullptr));

@@ -32,7 +32,8 @@ struct Options {
   /// Topology source: "" or "auto" for the real machine (unless the
   /// CORESCHED_TOPOLOGY environment variable names another), an hwloc synthetic
   /// description such as "package:1 l3cache:1 core:2 pu:2", or a path ending in
-  /// ".xml" (an hwloc XML export).
+  /// ".xml" (an hwloc XML export). A bad one makes the Runtime constructor
+  /// throw TopologyError.
   std::string topology;
 
   /// Fairness between cookies on a core.
@@ -41,29 +42,41 @@ struct Options {
   /// Wakeup placement strategy.
   Placement placement = Placement::mask;
 
-  /// Cooperative time slice: after about this long, preempt_point() yields.
+  /// Cooperative time slice: after about this long on one worker (half of it
+  /// while a sibling PU is forced idle), preempt_point() yields. Must be
+  /// positive (else UsageError).
   std::chrono::microseconds slice{1000};
 
   /// A fiber that runs this long without reaching a preemption point (a yield,
   /// a wait, or preempt_point() once its slice is over) is logged as a stall,
   /// with its id and cookie, and counted in WorkerStats::stalls. Zero disables.
+  /// Measured in the worker thread's CPU time (time the kernel deschedules it
+  /// does not count), checked every quarter slice, reported once per run at
+  /// warn level. Negative is a UsageError.
   std::chrono::milliseconds stall_threshold{25};
 
-  /// Stack size for fibers that do not name one in SpawnOptions.
+  /// Usable stack size in bytes for fibers that do not name one in
+  /// SpawnOptions; rounded up to whole pages. Zero is a UsageError.
   std::size_t stack_size = default_stack_size;
 
   /// Also tag the runtime's threads with one kernel core-scheduling cookie
   /// (PR_SCHED_CORE) so other processes cannot share our cores. Where the kernel
-  /// refuses, this is logged once and ignored.
+  /// refuses (old kernel, no SMT support, no permission), a warning is logged
+  /// and the runtime runs without it.
   bool kernel_cookie = false;
 
   /// Write a scheduling trace (Chrome trace-event JSON, for Perfetto UI or
   /// chrome://tracing) to this path at shutdown; empty means CORESCHED_TRACE
   /// or no trace. Each worker keeps its last CORESCHED_TRACE_EVENTS events
-  /// (default 65536).
+  /// (default 65536) in a ring, so memory stays bounded; a warning counts the
+  /// dropped ones. A bad CORESCHED_TRACE_EVENTS is a UsageError at
+  /// construction; a file that cannot be written is logged, not thrown.
   std::string trace_path;
 
-  /// Log level ("trace" ... "off"); empty means CORESCHED_LOG or "warn".
+  /// Log level ("trace", "debug", "info", "warn", "error", "critical", "off").
+  /// The log is shared by the whole process, so a non-empty value sets the
+  /// level for every runtime from construction on; empty leaves the level as
+  /// it is (initially CORESCHED_LOG, else "warn").
   std::string log_level;
 };
 

@@ -19,29 +19,45 @@ namespace coresched {
 class Runtime {
 public:
   /// Discovers the topology and starts one pinned worker per PU.
-  /// @throws TopologyError on a bad topology, UsageError on bad options.
+  /// @throws TopologyError on a bad topology, UsageError on bad options,
+  /// std::runtime_error when a worker cannot start (its io_uring, say).
   explicit Runtime(Options options = {});
+  /// Calls shutdown(). Destroying a runtime from one of its own fibers cannot
+  /// work and calls std::terminate().
   ~Runtime();
+  /// Not copyable or movable: workers and fibers refer to the runtime by address.
   Runtime(const Runtime&) = delete;
+  /// Not assignable, for the same reason.
   Runtime& operator=(const Runtime&) = delete;
 
-  /// Runs `f` on a new fiber; callable from fibers and plain threads alike.
-  /// @throws UsageError after shutdown or for a zero stack size.
+  /// Runs `f` (moved or copied into the fiber) on a new fiber; callable from
+  /// fibers and plain threads alike. A fiber spawned by a fiber of this runtime
+  /// is queued on the spawner's worker (idle workers steal it); other spawns
+  /// are spread over the workers, preferring idle ones.
+  /// @throws UsageError after shutdown, for a zero stack size, an out-of-range
+  /// pin_to_pu, or a callable aligned beyond alignof(std::max_align_t).
   template <class F>
   JoinHandle<std::invoke_result_t<std::decay_t<F>&>> spawn(F&& f, const SpawnOptions& opts = {}) {
     using R = std::invoke_result_t<std::decay_t<F>&>;
     return JoinHandle<R>(detail::spawn_callable(sched_.get(), std::forward<F>(f), opts));
   }
 
-  /// Waits for all fibers to finish (waking sleeping ones early), then joins
-  /// the workers. Idempotent; the destructor calls it.
+  /// Waits for all fibers to finish, then joins the workers, writes the trace
+  /// (if any) and prints the statistics when CORESCHED_STATS=1. Sleeping fibers
+  /// wake early and I/O in flight returns operation_canceled, so fibers that
+  /// loop must check for it. Idempotent; the destructor calls it. Spawning
+  /// afterwards is a UsageError.
+  /// @throws UsageError when called from one of this runtime's own fibers.
   void shutdown();
 
   /// The topology in use.
   const Topology& topology() const noexcept;
-  /// The options in force (after environment overrides).
+  /// The options in force: `topology` holds the spec actually used (after
+  /// CORESCHED_TOPOLOGY); the other fields are as given (environment
+  /// fallbacks such as CORESCHED_TRACE are not written back).
   const Options& options() const noexcept;
-  /// A snapshot of the scheduling statistics.
+  /// A snapshot of the scheduling statistics; callable from any thread, before
+  /// or after shutdown().
   Stats stats() const;
 
   /// The runtime the calling fiber runs in, or null on a plain thread.
@@ -51,7 +67,7 @@ private:
   std::unique_ptr<detail::Scheduler> sched_;
 };
 
-/// Spawns onto the runtime of the calling fiber.
+/// Spawns onto the runtime of the calling fiber; see Runtime::spawn.
 /// @throws UsageError when called from a plain thread.
 template <class F>
 JoinHandle<std::invoke_result_t<std::decay_t<F>&>> spawn(F&& f, const SpawnOptions& opts = {}) {

@@ -13,6 +13,7 @@ namespace coresched {
 
 /// What one cookie did, summed over all cores.
 struct CookieStats {
+  /// The cookie these figures belong to.
   Cookie cookie;
   std::uint64_t cpu_ns = 0;              ///< Time its fibers ran, summed over PUs.
   std::uint64_t core_ns = 0;             ///< Time it held a core (SMT cores only), summed over cores.
@@ -23,6 +24,7 @@ struct CookieStats {
 
 /// What one physical core did.
 struct CoreStats {
+  /// Index into Topology::cores().
   unsigned core = 0;
   std::uint64_t cookie_switches = 0; ///< Times the core's running cookie changed.
   std::uint64_t forced_idle_ns = 0;  ///< Sibling time spent forced idle.
@@ -30,6 +32,7 @@ struct CoreStats {
 
 /// What one worker (PU) did.
 struct WorkerStats {
+  /// Worker index, equal to the PU's index in Topology::pus().
   unsigned worker = 0;
   std::uint64_t switches = 0; ///< Fibers switched in.
   std::uint64_t steals = 0;   ///< Fibers taken from other workers' queues.
@@ -39,14 +42,17 @@ struct WorkerStats {
 
 /// A snapshot of all statistics.
 struct Stats {
+  /// One entry per cookie that ran or held a core, by ascending cookie value.
   std::vector<CookieStats> cookies;
+  /// One entry per core, in Topology::cores() order.
   std::vector<CoreStats> cores;
+  /// One entry per worker, in Topology::pus() order.
   std::vector<WorkerStats> workers;
-  std::uint64_t isolation_violations = 0; ///< Only counted in checker builds (CORESCHED_ISOLATION_CHECK).
+  std::uint64_t isolation_violations = 0; ///< Two cookies sharing a core; only counted with CORESCHED_ISOLATION_CHECK.
 
   /// The entry for a cookie (zeros if it never ran).
   CookieStats cookie(Cookie c) const;
-  /// Human-readable tables.
+  /// Human-readable tables (times in ms), as printed by CORESCHED_STATS=1.
   std::string to_table() const;
 };
 

@@ -24,6 +24,8 @@
 
 namespace coresched {
 
+/// Implementation details shared by the primitives and the header-only
+/// Channel<T>; not part of the API and may change without notice.
 namespace detail {
 
 struct Waiter; // a suspended fiber or blocked thread; defined in the runtime
@@ -85,8 +87,11 @@ private:
 /// std::lock_guard. Not recursive; unlock only what you locked.
 class Mutex {
 public:
+  /// Creates an unlocked mutex.
   Mutex() noexcept = default;
+  /// Not copyable or movable: waiters refer to the object by address.
   Mutex(const Mutex&) = delete;
+  /// Not assignable, for the same reason.
   Mutex& operator=(const Mutex&) = delete;
 
   /// Acquires the lock, suspending the calling fiber (or blocking the thread) while it is held.
@@ -119,8 +124,11 @@ private:
 /// spurious wake-ups), with the mutex locked again.
 class ConditionVariable {
 public:
+  /// Creates a condition variable with no waiters.
   ConditionVariable() noexcept = default;
+  /// Not copyable or movable: waiters refer to the object by address.
   ConditionVariable(const ConditionVariable&) = delete;
+  /// Not assignable, for the same reason.
   ConditionVariable& operator=(const ConditionVariable&) = delete;
 
   /// Atomically unlocks `m` (which the caller holds) and waits for a notify; relocks `m` before returning.
@@ -156,7 +164,9 @@ public:
   explicit Event(bool initially_set = false) noexcept : set_(initially_set) {}
   /// Safe as soon as wait() has returned, even while set() is still returning.
   ~Event() { lk_.wait_idle(); }
+  /// Not copyable or movable: waiters refer to the object by address.
   Event(const Event&) = delete;
+  /// Not assignable, for the same reason.
   Event& operator=(const Event&) = delete;
 
   /// Sets the event and releases every waiter.
@@ -182,7 +192,9 @@ public:
   explicit Semaphore(std::ptrdiff_t initial = 0);
   /// Safe as soon as acquire() has returned, even while release() is still returning.
   ~Semaphore() { lk_.wait_idle(); }
+  /// Not copyable or movable: waiters refer to the object by address.
   Semaphore(const Semaphore&) = delete;
+  /// Not assignable, for the same reason.
   Semaphore& operator=(const Semaphore&) = delete;
 
   /// Takes one unit, waiting while there is none.
@@ -210,10 +222,13 @@ private:
 /// starting work, done() when each finishes, wait() until the count is zero.
 class WaitGroup {
 public:
+  /// Creates a wait group with a count of zero.
   WaitGroup() noexcept = default;
   /// Safe as soon as wait() has returned, even while the last done() is still returning.
   ~WaitGroup() { lk_.wait_idle(); }
+  /// Not copyable or movable: waiters refer to the object by address.
   WaitGroup(const WaitGroup&) = delete;
+  /// Not assignable, for the same reason.
   WaitGroup& operator=(const WaitGroup&) = delete;
 
   /// Adds `delta` (may be negative) to the count; at zero every waiter is released.
@@ -241,11 +256,14 @@ public:
   explicit Latch(std::ptrdiff_t expected);
   /// Safe as soon as wait() has returned, even while the last count_down() is still returning.
   ~Latch() { lk_.wait_idle(); }
+  /// Not copyable or movable: waiters refer to the object by address.
   Latch(const Latch&) = delete;
+  /// Not assignable, for the same reason.
   Latch& operator=(const Latch&) = delete;
 
   /// Decrements the count by `n`; at zero every waiter is released.
-  /// @throws UsageError if `n` is negative or exceeds the count.
+  /// @throws UsageError if `n` is negative or exceeds the count (the count is
+  /// left unchanged).
   void count_down(std::ptrdiff_t n = 1);
   /// Whether the count has reached zero.
   bool try_wait() const noexcept { return count_.load(std::memory_order_acquire) == 0; }
@@ -273,7 +291,8 @@ private:
 /// succeeds only if a receiver is already waiting and try_recv() only if a
 /// sender is. close() fails the waiting senders (their values stay with them)
 /// and gives waiting receivers std::nullopt, as in the buffered mode.
-/// T must be nothrow move-constructible.
+/// T must be nothrow move-constructible and nothrow destructible (checked at
+/// compile time).
 template <class T> class Channel {
   static_assert(std::is_nothrow_move_constructible_v<T> && std::is_nothrow_destructible_v<T>,
                 "coresched::Channel<T> needs a nothrow move constructor and destructor");
@@ -284,7 +303,9 @@ public:
   explicit Channel(std::size_t capacity) : cap_(capacity) {
     if (capacity > 0) buf_ = std::make_unique<std::optional<T>[]>(capacity);
   }
+  /// Not copyable or movable: waiters refer to the object by address.
   Channel(const Channel&) = delete;
+  /// Not assignable, for the same reason.
   Channel& operator=(const Channel&) = delete;
 
   /// Sends `v`, waiting while the channel is full (unbuffered: until a

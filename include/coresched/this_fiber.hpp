@@ -20,7 +20,7 @@ struct Location {
 
 namespace this_fiber {
 
-/// True when called on a fiber of some Runtime.
+/// True when called on a fiber of some Runtime; false on any other thread.
 bool in_fiber() noexcept;
 
 /// Lets other runnable fibers run; returns at once if there are none.
@@ -36,7 +36,8 @@ void preempt_point() noexcept;
 /// sleeps the thread. Returns early only when the runtime shuts down.
 void sleep_for(std::chrono::nanoseconds d);
 
-/// Suspends the fiber until `t` (steady clock).
+/// Suspends the fiber (not its worker) until `t` (steady clock). On a plain
+/// thread it sleeps the thread. Returns early only when the runtime shuts down.
 void sleep_until(std::chrono::steady_clock::time_point t);
 
 /// The calling fiber's id (unique in the process, never 0); 0 on a plain thread.

@@ -15,6 +15,7 @@ namespace coresched {
 /// invalid XML file, or no CPU the process may use.
 class TopologyError : public std::runtime_error {
 public:
+  /// Takes the message that what() returns.
   using std::runtime_error::runtime_error;
 };
 
@@ -42,12 +43,16 @@ struct LlcInfo {
   std::vector<unsigned> cores; ///< Cores sharing this cache.
 };
 
+/// Implementation details (the shared hwloc handle); not part of the API.
 namespace detail { struct HwlocHandle; }
 
 /// Read-only model of the topology in use. Cheap to copy (shares its hwloc handle).
 class Topology {
 public:
-  /// Where the topology came from.
+  /// Where the topology came from: `machine` (hwloc on this machine; PUs are real
+  /// CPUs), `synthetic` (an hwloc synthetic string) or `xml` (an hwloc XML
+  /// export). For the last two, PUs are mapped round-robin onto the CPUs the
+  /// process may use, so siblings are not real hardware threads.
   enum class Source { machine, synthetic, xml };
 
   /// Builds the topology from a spec: "" / "auto" (real machine, or
@@ -56,6 +61,7 @@ public:
   /// @throws TopologyError naming the problem.
   static Topology discover(const std::string& spec = "");
 
+  /// Where the topology came from.
   Source source() const noexcept { return source_; }
   /// The spec it was built from, after resolving CORESCHED_TOPOLOGY.
   const std::string& spec() const noexcept { return spec_; }
@@ -64,9 +70,13 @@ public:
   /// The most PUs any core has (1 means no SMT).
   unsigned max_siblings() const noexcept;
 
+  /// Every PU the runtime uses, indexed by PuInfo::index (one worker each).
   const std::vector<PuInfo>& pus() const noexcept { return pus_; }
+  /// Every physical core, indexed by CoreInfo::index.
   const std::vector<CoreInfo>& cores() const noexcept { return cores_; }
+  /// Every last-level-cache domain, indexed by LlcInfo::index.
   const std::vector<LlcInfo>& llcs() const noexcept { return llcs_; }
+  /// Number of packages (sockets) with a used PU.
   unsigned packages() const noexcept { return packages_; }
 
   /// A one-paragraph human description, always stating whether siblings are
