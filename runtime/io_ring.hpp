@@ -59,6 +59,11 @@ public:
   void wait(std::vector<Fiber*>& done);
   /// Any thread: makes wait() return.
   void wake() const noexcept;
+  /// Any thread: the kernel holds completions that the owner has not yet
+  /// collected (IORING_SQ_TASKRUN; false where the ring lacks TASKRUN_FLAG).
+  bool completions_waiting() const noexcept {
+    return (setup_flags_ & IORING_SETUP_TASKRUN_FLAG) && (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN);
+  }
   /// Operations in flight (owner thread only).
   unsigned inflight() const noexcept { return inflight_; }
 

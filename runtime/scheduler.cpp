@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "scheduler.hpp"
 
-#include "clock.hpp"
 #include "kernel_cookie.hpp"
 #include "log.hpp"
 #include "stack_guard.hpp"
@@ -33,6 +32,7 @@ Scheduler::Scheduler(Options options, Runtime* owner)
   if (options_.stall_threshold.count() < 0)
     throw UsageError("coresched: Options::stall_threshold must not be negative (zero disables stall reports)");
   stall_ns_ = static_cast<std::uint64_t>(std::chrono::nanoseconds(options_.stall_threshold).count());
+  slice_ns_ = static_cast<std::uint64_t>(std::chrono::nanoseconds(options_.slice).count());
   options_.topology = topology_.spec();
   trace_ = Trace::from_options(options_.trace_path, topology_.pus().size());
   const CoreConfig cfg{options_.policy,
@@ -225,16 +225,20 @@ Fiber* Scheduler::steal_for(Worker& thief, const Pick& p) {
 // to yield at its next preemption point.
 bool Scheduler::tick() {
   bool any_busy = false;
-  const std::uint64_t now = now_ns();
   for (auto& wp : workers_) {
     Worker& w = *wp;
+    const bool busy = w.busy.load(std::memory_order_relaxed);
+    // A busy worker collects its I/O and timer completions only at scheduling
+    // points: ask for one as soon as the kernel holds some, or a fiber whose
+    // sleep ended would wait for the rest of the running fiber's slice.
+    if (busy && w.io_completions_waiting()) w.sibling().preempt.store(true, std::memory_order_relaxed);
     const std::uint64_t sw = w.switches.load(std::memory_order_relaxed);
-    if (!w.busy.load(std::memory_order_relaxed) || sw != w.tick_seen) {
+    if (!busy || sw != w.tick_seen) {
       w.tick_seen = sw;
-      w.tick_seen_ns = now;
       w.ticks_same = 0;
       w.stall_reported = false;
-      any_busy |= w.busy.load(std::memory_order_relaxed);
+      w.stall_cpu_base = 0;
+      any_busy |= busy;
       continue;
     }
     any_busy = true;
@@ -242,19 +246,30 @@ bool Scheduler::tick() {
     const bool sibling_waits = w.core().forced_idle_count() > 0;
     if (w.ticks_same >= 4 || (sibling_waits && w.ticks_same >= 2))
       w.sibling().preempt.store(true, std::memory_order_relaxed);
-    if (!w.stall_reported && stall_ns_ > 0 && now - w.tick_seen_ns >= stall_ns_) report_stall(w, now);
+    if (w.ticks_same >= 4 && stall_ns_ > 0 && !w.stall_reported) check_stall(w);
   }
   return any_busy;
 }
 
-// The worker has not switched for stall_ns_ although its preempt flag has been
-// set since the first slice: its fiber reaches no preemption point. Once per run.
-void Scheduler::report_stall(Worker& w, std::uint64_t now) {
+// A worker that has not switched for a whole slice has its preempt flag set;
+// if its fiber still reaches no preemption point for stall_ns_ of the
+// thread's own CPU time, report it, once per run. CPU time, not wall time: a
+// thread the kernel or the hypervisor has descheduled is not stalling (two
+// synthetic siblings share each real CPU here). One syscall per stuck worker
+// per tick; workers that switch cost nothing.
+void Scheduler::check_stall(Worker& w) {
+  const std::uint64_t cpu = w.thread_cpu_ns();
+  if (w.stall_cpu_base == 0) {
+    w.stall_cpu_base = cpu;
+    return;
+  }
+  const std::uint64_t ran = cpu - w.stall_cpu_base + slice_ns_; // it had run a slice when the base was taken
+  if (ran < stall_ns_) return;
   w.stall_reported = true;
   w.stalls.fetch_add(1, std::memory_order_relaxed);
   log().warn("stall: fiber {} (cookie {}) has run {} ms on worker {} (CPU {}) without a preemption point",
              w.running_id.load(std::memory_order_relaxed), w.sibling().running.load(std::memory_order_relaxed),
-             (now - w.tick_seen_ns) / 1'000'000, w.index(), w.pu().cpu);
+             ran / 1'000'000, w.index(), w.pu().cpu);
 }
 
 void Scheduler::fiber_retired() noexcept { live_.fetch_sub(1, std::memory_order_acq_rel); }

@@ -77,7 +77,7 @@ public:
 private:
   void start_workers();
   void maybe_kernel_cookie();
-  void report_stall(Worker& w, std::uint64_t now);
+  void check_stall(Worker& w);
   void trace_wakeup(const Fiber& f, unsigned to) noexcept;
   void write_trace();
 
@@ -92,6 +92,7 @@ private:
   std::vector<std::vector<unsigned>> steal_order_;     // per worker: other cores, nearest first
   std::unique_ptr<Ticker> ticker_;
   std::uint64_t stall_ns_ = 0; // Options::stall_threshold; 0 = off
+  std::uint64_t slice_ns_ = 0;
   std::atomic<std::int64_t> live_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> exiting_{false};

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <utility>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -89,16 +90,21 @@ void on_fault(int sig, siginfo_t* info, void* uctx) {
 
 } // namespace
 
+// Called by every runtime at start: a handler installed since (a test
+// framework's, say) may have replaced ours, and is then chained behind it.
 void install_overflow_handler() {
-  static std::once_flag once;
-  std::call_once(once, [] {
+  static std::mutex mu;
+  const std::lock_guard lk(mu);
+  for (auto [sig, previous] : {std::pair{SIGSEGV, &previous_segv}, std::pair{SIGBUS, &previous_bus}}) {
+    struct sigaction current {};
+    sigaction(sig, nullptr, &current);
+    if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == &on_fault) continue;
     struct sigaction sa {};
     sa.sa_sigaction = &on_fault;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGSEGV, &sa, &previous_segv);
-    sigaction(SIGBUS, &sa, &previous_bus);
-  });
+    sigaction(sig, &sa, previous);
+  }
 }
 
 AltSignalStack::AltSignalStack() {

@@ -11,7 +11,7 @@
 
 namespace coresched::detail {
 
-/// Installs the process-wide SIGSEGV/SIGBUS handler (once; later calls do nothing).
+/// Installs the process-wide SIGSEGV/SIGBUS handler unless it is in place.
 void install_overflow_handler();
 
 /// The calling thread's alternate signal stack, for as long as this object lives.

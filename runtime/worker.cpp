@@ -45,6 +45,12 @@ Worker::Worker(Scheduler& sched, const PuInfo& pu, CoreCoordinator& core, unsign
   idle_ctx_.fresh = false;
 }
 
+std::uint64_t Worker::thread_cpu_ns() const noexcept {
+  timespec ts{};
+  if (clock_gettime(cpu_clock_, &ts) != 0) return 0;
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
 __attribute__((noinline)) Worker* Worker::current() noexcept {
   Worker* w = tls_worker;
   asm volatile("" ::: "memory");
@@ -85,6 +91,7 @@ void Worker::bind_to_cpu() {
 
 void Worker::thread_main() {
   const AltSignalStack alt_stack; // where the stack overflow report runs
+  pthread_getcpuclockid(pthread_self(), &cpu_clock_);
   tls_worker = this;
   tls_preempt = &sibling().preempt;
   current_ = &idle_ctx_;

@@ -89,15 +89,23 @@ public:
   std::atomic<bool> busy{false};   // running a task fiber
   std::atomic<std::uint64_t> running_id{0}; // id of the task fiber switched in last (for stall reports)
   std::uint64_t tick_seen = 0;     // ticker-private: switch count at the last tick that saw it move
-  std::uint64_t tick_seen_ns = 0;  // ticker-private: when it moved
   int ticks_same = 0;              // ticker-private
   bool stall_reported = false;     // ticker-private: this run was already reported
+  std::uint64_t stall_cpu_base = 0; // ticker-private: thread CPU time when the run was first seen stuck (0: not yet)
+  /// CPU time this worker's thread has used (a syscall; callable from any thread).
+  std::uint64_t thread_cpu_ns() const noexcept;
   std::atomic<std::uint64_t> stalls{0};
 
   /// Trace: this worker made `f` runnable on worker `to` (no-op when not tracing).
   void trace_wakeup(const Fiber& f, unsigned to) noexcept {
     if (trace_) [[unlikely]]
       trace_->record({now_ns(), 0, f.id, f.cookie, to, TraceKind::wakeup});
+  }
+
+  /// Any thread: the kernel holds I/O completions this worker has not collected.
+  bool io_completions_waiting() const noexcept {
+    const IoRing* r = sib_->ring.load(std::memory_order_acquire);
+    return r && r->completions_waiting();
   }
 
   /// Adds this worker's statistics to the snapshot.
@@ -142,6 +150,7 @@ private:
   std::vector<Fiber*> io_done_; // scratch: fibers whose I/O completed
   bool stop_cancelled_ = false; // in-flight I/O was cancelled for shutdown
   std::atomic<int> ready_{0};   // 1 running, -1 failed (init_error_ says why)
+  clockid_t cpu_clock_{};       // this thread's CPU-time clock, set before ready_
   std::string init_error_;
 
   // Single-PU cores only: fibers this worker queued for itself while no other

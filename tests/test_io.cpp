@@ -272,3 +272,38 @@ TEST_CASE("a busy worker still completes its fibers' I/O", "[io]") {
   CHECK(took >= 20ms);
   CHECK(took < 1s);
 }
+
+TEST_CASE("a timer on a busy worker fires within a tick, not at the end of the slice", "[io]") {
+  // The busy fiber reaches a preemption point every few microseconds but its
+  // 40 ms slice only ends every 40 ms. The ticker (every slice/4 = 10 ms)
+  // sees the ring's pending completion and asks for a scheduling point, so a
+  // 1 ms sleep ends late by about half a tick on average, never a whole slice.
+  Options o = topo("core:1 pu:1");
+  o.slice = 40ms;
+  Runtime rt(o);
+  std::atomic<bool> stop{false};
+  auto busy = rt.spawn([&] {
+    while (!stop.load()) {
+      std::uint64_t x = 1;
+      for (int i = 0; i < 500; ++i) x = x * 6364136223846793005ull + 1;
+      asm volatile("" : : "r"(x));
+      this_fiber::preempt_point();
+    }
+  });
+  auto sleeper = rt.spawn([&] {
+    std::chrono::nanoseconds late{0};
+    constexpr int kSleeps = 30;
+    for (int i = 0; i < kSleeps; ++i) {
+      const auto deadline = Clock::now() + 1ms;
+      this_fiber::sleep_until(deadline);
+      late += Clock::now() - deadline;
+    }
+    stop = true;
+    return late / kSleeps;
+  });
+  const auto average_lateness = sleeper.join();
+  busy.join();
+  const double late_ms = std::chrono::duration<double, std::milli>(average_lateness).count();
+  INFO("average lateness " << late_ms << " ms");
+  CHECK(average_lateness < o.slice / 2); // without the tick's help: about half a slice or more
+}
