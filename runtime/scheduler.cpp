@@ -119,7 +119,7 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
   f->refs.store(opts.detached ? 1 : 2, std::memory_order_relaxed);
   Task* t = opts.detached ? nullptr : f->task();
   live_.fetch_add(1, std::memory_order_relaxed);
-  if (f->pinned != kNotPinned) {
+  if (f->pinned != kNotPinned && !(local && here->index() == static_cast<unsigned>(f->pinned))) {
     f->last_worker = static_cast<unsigned>(f->pinned);
     enqueue_on(f->last_worker, f);
   } else if (local) {
