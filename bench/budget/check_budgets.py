@@ -32,12 +32,30 @@ def totals(path: str) -> int:
     sys.exit(f"check_budgets: no totals in {path}")
 
 
+def calls_to(path: str, function: str) -> int:
+    """How many times `function` was called, from the call records of a dump."""
+    ids, calls, pending = {}, 0, False
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.startswith("cfn="):
+                ref = line[4:].strip()
+                ident, _, name = ref.partition(" ")
+                if name:
+                    ids[ident] = name
+                pending = ids.get(ident) == function
+            elif line.startswith("calls=") and pending:
+                calls += int(line.split()[0][len("calls="):])
+                pending = False
+    return calls
+
+
 def count(binary: str, op: str, spec: dict, n: int, tmp: str) -> tuple[int, int]:
     """Returns (instructions counted, operations they cover).
 
     Default: the stretch between the program's client requests (one numbered
-    dump). With "toggle_collect": only instructions inside that function, in
-    the whole run (the final dump)."""
+    dump), and the operation count the program prints. With "toggle_collect":
+    only instructions inside that function, over the whole run, per call of it
+    (the program cannot know how many of its wake-ups took the full path)."""
     out = os.path.join(tmp, f"callgrind.{op}.{n}")
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p"]
     if "toggle_collect" in spec:
@@ -48,8 +66,11 @@ def count(binary: str, op: str, spec: dict, n: int, tmp: str) -> tuple[int, int]
     ops = int(proc.stdout.split()[-1])
     dumps = sorted(glob.glob(out + ".*"))
     if "toggle_collect" in spec:
-        final = [p for p in dumps if p.count(".") == out.count(".") + 1]  # callgrind.OP.PID, no part number
-        return totals(final[0]), ops
+        final = [p for p in dumps if p.count(".") == out.count(".") + 1]  # callgrind.OP.N.PID, no part number
+        calls = calls_to(final[0], spec["toggle_collect"])
+        if calls == 0:
+            sys.exit(f"check_budgets: {op}: {spec['toggle_collect']} was never called")
+        return totals(final[0]), calls
     # CALLGRIND_DUMP_STATS_AT writes one numbered part; its totals are the stretch.
     for path in dumps:
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -80,12 +101,16 @@ def main() -> int:
             if args.only and op != args.only:
                 continue
             print(f"[budget] {op}...", file=sys.stderr, flush=True)
-            # Two runs, n and 2n operations: the difference cancels whatever does
-            # not scale with n (start-up on other threads, warm-up, the loop's set-up).
-            i1, o1 = count(args.binary, op, spec, spec["count"], tmp)
-            i2, o2 = count(args.binary, op, spec, 2 * spec["count"], tmp)
-            ops = o2 - o1
-            per_op = (i2 - i1) / ops
+            if "toggle_collect" in spec:  # already per call of one function
+                instructions, ops = count(args.binary, op, spec, spec["count"], tmp)
+                per_op = instructions / ops
+            else:
+                # Two runs, n and 2n operations: the difference cancels whatever does
+                # not scale with n (start-up on other threads, warm-up, the loop's set-up).
+                i1, o1 = count(args.binary, op, spec, spec["count"], tmp)
+                i2, o2 = count(args.binary, op, spec, 2 * spec["count"], tmp)
+                ops = o2 - o1
+                per_op = (i2 - i1) / ops
             ok = per_op <= spec["max_instructions"]
             results[op] = {"instructions_per_op": round(per_op, 1), "budget": spec["max_instructions"],
                            "operations": ops, "ok": ok}

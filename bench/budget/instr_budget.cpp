@@ -102,8 +102,9 @@ void pick_op(long n) {
 // Ping-pong between fibers pinned to workers on two cores: each release()
 // wakes the fiber parked on the other worker. The idle worker's spinning
 // depends on timing, so check_budgets.py counts only the instructions inside
-// Semaphore::release (callgrind --toggle-collect): the waker's side of a
-// cross-worker wake (wake_fiber, placement, enqueue, notify).
+// wake_fiber (callgrind --toggle-collect), per call: the waker's side of a
+// cross-worker wake (state change, placement, the target core's lock and
+// queue, the notify).
 void cross_worker_wake_op(long n) {
   Runtime rt(quiet("core:2 pu:1"));
   {
@@ -128,7 +129,7 @@ void cross_worker_wake_op(long n) {
     a.join();
     b.join();
   }
-  std::printf("cross_worker_wake %ld\n", 2 * n); // release() calls
+  std::printf("cross_worker_wake %ld\n", 2 * n); // wake-ups (some may find the fiber still parking)
 }
 
 } // namespace
