@@ -83,9 +83,14 @@ TEST_CASE("a fault that is not a stack overflow is left to the default action", 
         *reinterpret_cast<volatile int*>(address) = 1;
       }).join();
   });
+  CHECK(r.stderr_text.find("overflowed") == std::string::npos);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // The sanitizer's own SEGV handler was installed first; it reports and exits non-zero.
+  CHECK((WIFSIGNALED(r.status) || (WIFEXITED(r.status) && WEXITSTATUS(r.status) != 0)));
+#else
   REQUIRE(WIFSIGNALED(r.status));
   CHECK(WTERMSIG(r.status) == SIGSEGV);
-  CHECK(r.stderr_text.find("overflowed") == std::string::npos);
+#endif
 }
 
 namespace {
