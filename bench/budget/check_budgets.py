@@ -34,15 +34,16 @@ def totals(path: str) -> int:
 
 def calls_to(path: str, function: str) -> int:
     """How many times `function` was called, from the call records of a dump."""
+    # Names are compressed: "(id) name" the first time a function appears, in
+    # an fn= or a cfn= line, and "(id)" after that.
     ids, calls, pending = {}, 0, False
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
-            if line.startswith("cfn="):
-                ref = line[4:].strip()
-                ident, _, name = ref.partition(" ")
+            if line.startswith(("fn=", "cfn=")):
+                ident, _, name = line.split("=", 1)[1].strip().partition(" ")
                 if name:
                     ids[ident] = name
-                pending = ids.get(ident) == function
+                pending = line.startswith("cfn=") and ids.get(ident) == function
             elif line.startswith("calls=") and pending:
                 calls += int(line.split()[0][len("calls="):])
                 pending = False
