@@ -113,10 +113,12 @@ def main() -> int:
                 ops = o2 - o1
                 per_op = (i2 - i1) / ops
             ok = per_op <= spec["max_instructions"]
+            report_only = spec.get("report_only", False)  # not deterministic enough to gate on
             results[op] = {"instructions_per_op": round(per_op, 1), "budget": spec["max_instructions"],
-                           "operations": ops, "ok": ok}
-            print(f"{op:<20} {per_op:>10.1f} {spec['max_instructions']:>8}  {'ok' if ok else 'OVER BUDGET'}")
-            if not ok:
+                           "operations": ops, "ok": ok, "report_only": report_only}
+            verdict = "ok" if ok else "over (report only)" if report_only else "OVER BUDGET"
+            print(f"{op:<20} {per_op:>10.1f} {spec['max_instructions']:>8}  {verdict}")
+            if not ok and not report_only:
                 failed.append(op)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
