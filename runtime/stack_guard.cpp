@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <sanitizer/asan_interface.h>
 #include <utility>
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -125,6 +126,7 @@ AltSignalStack::~AltSignalStack() {
   stack_t ss{};
   ss.ss_flags = SS_DISABLE;
   sigaltstack(&ss, nullptr);
+  ASAN_UNPOISON_MEMORY_REGION(mem_, size_); // as for fiber stacks: no stale redzones for the next mmap
   munmap(mem_, size_);
 }
 
