@@ -100,8 +100,11 @@ public:
   /// Removes `f` from sibling `s`'s queue if it is there and has never run
   /// (then no other worker can touch it, so its fields are safe to read).
   bool remove_unstarted_locked(unsigned s, Fiber* f);
-  /// Takes an unpinned queued fiber for a worker of another core.
-  Fiber* steal_locked(std::uint64_t cookie, bool any);
+  /// Takes unpinned queued fibers for a worker of another core: up to `max`,
+  /// and at most half of what is queued here (the victim keeps work too). The
+  /// first one's cookie is `cookie` (any if `any`); the rest share it. Returns
+  /// how many were stored in `out`.
+  unsigned steal_locked(std::uint64_t cookie, bool any, Fiber** out, unsigned max);
   /// Whether sibling `s` could start a fiber of `cookie` now without breaking isolation.
   bool compatible_locked(unsigned s, std::uint64_t cookie) const noexcept;
   /// The running fiber on `s` changes its cookie; false if a sibling runs another cookie.

@@ -2,6 +2,7 @@
 #include "fiber.hpp"
 
 #include "scheduler.hpp"
+#include "worker.hpp"
 
 #include <new>
 
@@ -9,9 +10,19 @@ namespace coresched::detail {
 
 void release_fiber(Fiber* f) noexcept {
   if (f->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  const bool recyclable = f->recyclable;
+  const Scheduler* owner = f->owner;
   f->task()->~Task();
   f->~Fiber();
-  ::operator delete(static_cast<void*>(f));
+  free_record(f, recyclable, owner);
+}
+
+void free_record(void* mem, bool recyclable, const Scheduler* owner) noexcept {
+  // A handle may outlive its runtime, so `owner` is only compared, never
+  // followed: a worker of the same runtime proves the runtime is alive.
+  Worker* w = recyclable ? Worker::current() : nullptr;
+  if (w && &w->scheduler() == owner) w->records().put(mem);
+  else ::operator delete(mem);
 }
 
 // The park/wake handshake: a fiber announces `parking` before it registers

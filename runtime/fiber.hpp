@@ -31,6 +31,18 @@ inline constexpr int kNotPinned = -1;
 
 class Scheduler;
 
+/// What ASan and TSan are told about a fiber's stack (see sanitizer.hpp).
+/// Empty in normal builds, so that a fiber record stays small.
+struct SanitizerState {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  const void* stack_bottom = nullptr;
+  std::size_t stack_size = 0;
+  void* asan_fake_stack = nullptr;
+  void* tsan_fiber = nullptr;
+  bool owns_tsan_fiber = true;
+#endif
+};
+
 struct Fiber {
   Scheduler* owner = nullptr; // the runtime it belongs to
   // --- run queue (guarded by the owning core's lock) ---
@@ -47,14 +59,10 @@ struct Fiber {
   std::size_t stack_size = 0;
   bool fresh = true;            // never run: no stack, no context yet
   bool is_task = true;          // false for a worker's idle context
+  bool recyclable = false;      // a kRecordBytes block (record_cache.hpp)
   std::atomic<bool> context_saved{true}; // false while switching out after being queued
   std::atomic<FiberState> state{FiberState::runnable};
-  // --- sanitizer bookkeeping (unused in normal builds) ---
-  const void* san_stack_bottom = nullptr;
-  std::size_t san_stack_size = 0;
-  void* asan_fake_stack = nullptr;
-  void* tsan_fiber = nullptr;
-  bool owns_tsan_fiber = true;
+  [[no_unique_address]] SanitizerState san; // empty in normal builds
   // --- lifetime and join ---
   std::atomic<int> refs{1};
   SpinLock join_lock;
@@ -81,6 +89,9 @@ inline Fiber* Fiber::of(const Task* t) noexcept {
 
 /// Destroys the task and frees the block when the last reference goes.
 void release_fiber(Fiber* f) noexcept;
+/// Frees a fiber's memory block: into the calling worker's record cache if
+/// it is recyclable and the worker belongs to `owner`, otherwise to malloc.
+void free_record(void* mem, bool recyclable, const Scheduler* owner) noexcept;
 /// Makes a parked fiber runnable on its own runtime (no-op unless parked or parking).
 void wake_fiber(Fiber* f);
 

@@ -41,7 +41,7 @@ Scheduler::Scheduler(Options options, Runtime* owner)
   for (const auto& pu : topology_.pus()) {
     const auto& sibs = topology_.cores()[pu.core].pus;
     const auto pos = static_cast<unsigned>(std::find(sibs.begin(), sibs.end(), pu.index) - sibs.begin());
-    workers_.push_back(std::make_unique<Worker>(*this, pu, *cores_[pu.core], pos, shared_stacks_));
+    workers_.push_back(std::make_unique<Worker>(*this, pu, *cores_[pu.core], pos, shared_stacks_, records_));
   }
   std::vector<CoreCoordinator*> core_ptrs;
   for (auto& c : cores_) core_ptrs.push_back(c.get());
@@ -100,17 +100,20 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
                      std::to_string(workers_.size()) + " PUs)");
   if (align > kTaskAlign)
     throw UsageError("coresched: callables aligned beyond alignof(std::max_align_t) are not supported");
-  void* mem = ::operator new(kTaskOffset + size);
+  Worker* here = Worker::current();
+  const bool mine = here && &here->scheduler() == this;
+  const bool local = mine && here->in_task();
+  const bool recyclable = kTaskOffset + size <= kRecordBytes;
+  void* mem = recyclable && mine ? here->records().get() : ::operator new(recyclable ? kRecordBytes : kTaskOffset + size);
   auto* f = new (mem) Fiber;
+  f->recyclable = recyclable;
   try {
     construct(static_cast<char*>(mem) + kTaskOffset, arg);
   } catch (...) {
     f->~Fiber();
-    ::operator delete(mem);
+    free_record(mem, recyclable, this);
     throw;
   }
-  Worker* here = Worker::current();
-  const bool local = here && &here->scheduler() == this && here->in_task();
   f->owner = this;
   f->id = next_fiber_id.fetch_add(1, std::memory_order_relaxed);
   f->cookie = opts.cookie ? opts.cookie->value() : local ? here->running()->cookie : 0;
@@ -206,16 +209,16 @@ void Scheduler::wake_helper(const Worker& from) {
   }
 }
 
-Fiber* Scheduler::steal_for(Worker& thief, const Pick& p) {
-  if (p.steal == Pick::Steal::none) return nullptr;
+unsigned Scheduler::steal_for(Worker& thief, const Pick& p, Fiber** out) {
+  if (p.steal == Pick::Steal::none) return 0;
   for (unsigned ci : steal_order_[thief.index()]) {
     CoreCoordinator& c = *cores_[ci];
     if (c.queued_hint() <= 0 || !c.lock().try_lock()) continue;
-    Fiber* f = c.steal_locked(p.steal_cookie, p.steal == Pick::Steal::any);
+    const unsigned n = c.steal_locked(p.steal_cookie, p.steal == Pick::Steal::any, out, kStealBatch);
     c.lock().unlock();
-    if (f) return f;
+    if (n > 0) return n;
   }
-  return nullptr;
+  return 0;
 }
 
 // ---------------------------------------------------------------- time

@@ -41,8 +41,11 @@ public:
   void place(Fiber* f);
   /// Queues `f` on worker `w`.
   void enqueue_on(unsigned w, Fiber* f);
-  /// Takes a fiber from another core for `thief`, nearest first.
-  Fiber* steal_for(Worker& thief, const Pick& p);
+  /// Most fibers one steal takes.
+  static constexpr unsigned kStealBatch = 32;
+  /// Takes fibers from another core for `thief`, nearest core first, into
+  /// `out` (up to kStealBatch, half the victim's queue); returns how many.
+  unsigned steal_for(Worker& thief, const Pick& p, Fiber** out);
   bool stopping() const noexcept { return stopping_.load(std::memory_order_acquire); }
   /// A fiber finished and released its stack.
   void fiber_retired() noexcept;
@@ -85,6 +88,7 @@ private:
   Runtime* owner_;
   Topology topology_;
   SharedStackPool shared_stacks_;
+  RecordDepot records_; // outlives the workers' caches, which give back to it
   std::unique_ptr<Trace> trace_; // null unless tracing
   std::vector<std::unique_ptr<CoreCoordinator>> cores_;
   std::vector<std::unique_ptr<Worker>> workers_;

@@ -38,9 +38,9 @@ constexpr int kPausesPerRound = 8;
 } // namespace
 
 Worker::Worker(Scheduler& sched, const PuInfo& pu, CoreCoordinator& core, unsigned sibling,
-               SharedStackPool& stacks)
+               SharedStackPool& stacks, RecordDepot& records)
     : sched_(sched), pu_(pu), index_(pu.index), core_(core), sibling_(sibling), sib_(&core.sibling(sibling)),
-      stacks_(stacks), trace_(sched.trace() ? &sched.trace()->ring(pu.index) : nullptr) {
+      stacks_(stacks), records_(records), trace_(sched.trace() ? &sched.trace()->ring(pu.index) : nullptr) {
   idle_ctx_.is_task = false;
   idle_ctx_.fresh = false;
 }
@@ -246,9 +246,7 @@ void Worker::fiber_loop() {
     if (next->fresh && next->stack_size == f->stack.size) {
       next->fresh = false;
       next->stack = std::exchange(f->stack, Stack{});
-      next->san_stack_bottom = f->san_stack_bottom;
-      next->san_stack_size = f->san_stack_size;
-      next->tsan_fiber = std::exchange(f->tsan_fiber, nullptr); // same stack, same sanitizer fiber
+      san::hand_over_stack(*f, *next);
       w->prev_ = f;
       w->after_ = After::retire;
       w->current_ = next;
@@ -407,10 +405,7 @@ bool Worker::run_inline(Fiber* f) {
   // The child borrows the parent's stack. If it blocks, the parent (which
   // is waiting for it anyway) is suspended underneath it.
   f->fresh = false;
-  f->san_stack_bottom = parent->san_stack_bottom;
-  f->san_stack_size = parent->san_stack_size;
-  f->tsan_fiber = parent->tsan_fiber;
-  f->owns_tsan_fiber = false;
+  san::borrow_stack(*parent, *f);
   f->stack = parent->stack; // borrowed: named in a stack overflow report, never freed by the child
   current_ = f;
   begin_run(f);
@@ -482,10 +477,11 @@ Fiber* Worker::find_work() {
       return nullptr;
     }
     poll_io();
-    if (Fiber* f = sched_.steal_for(*this, p)) {
-      steals_.fetch_add(1, std::memory_order_relaxed);
+    Fiber* stolen[Scheduler::kStealBatch];
+    if (const unsigned n = sched_.steal_for(*this, p, stolen)) {
+      steals_.fetch_add(n, std::memory_order_relaxed);
       core_.lock().lock();
-      core_.requeue_locked(sibling_, f);
+      for (unsigned i = 0; i < n; ++i) core_.requeue_locked(sibling_, stolen[i]);
       core_.lock().unlock();
       continue;
     }

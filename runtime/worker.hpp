@@ -10,6 +10,7 @@
 #include "fiber.hpp"
 #include "io_ring.hpp"
 #include "local_queue.hpp"
+#include "record_cache.hpp"
 #include "stack_pool.hpp"
 #include "trace.hpp"
 
@@ -43,7 +44,8 @@ extern thread_local constinit std::atomic<bool>* tls_preempt;
 
 class Worker {
 public:
-  Worker(Scheduler& sched, const PuInfo& pu, CoreCoordinator& core, unsigned sibling, SharedStackPool& stacks);
+  Worker(Scheduler& sched, const PuInfo& pu, CoreCoordinator& core, unsigned sibling, SharedStackPool& stacks,
+         RecordDepot& records);
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
@@ -58,6 +60,8 @@ public:
   /// address across a switch.
   static Worker* current() noexcept;
   Scheduler& scheduler() noexcept { return sched_; }
+  /// This worker's free fiber records (use only on this worker's thread).
+  RecordCache& records() noexcept { return records_; }
   /// This worker's io_uring (use only on this worker's thread).
   IoRing& ring() noexcept { return ring_; }
 
@@ -145,6 +149,7 @@ private:
   unsigned sibling_;
   Sibling* sib_; // this PU's slot in its core (cached: read on every yield)
   StackPool stacks_;
+  RecordCache records_;
   std::thread thread_;
   IoRing ring_;
   std::vector<Fiber*> io_done_; // scratch: fibers whose I/O completed

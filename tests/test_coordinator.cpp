@@ -137,3 +137,24 @@ TEST_CASE("the isolation invariant holds for every scripted pick", "[coordinator
       if (running[t]) REQUIRE_FALSE(core.c.sibling_conflict(t, running[t]->cookie));
   }
 }
+
+TEST_CASE("a steal takes half the queue, one cookie, never a pinned fiber", "[coordinator]") {
+  Core core(1);
+  std::vector<Fiber> f(10);
+  for (std::size_t i = 0; i < 6; ++i) core.add(0, fiber(f, i, 1));
+  core.add(0, fiber(f, 6, 2));
+  core.add(0, fiber(f, 7, 1, 0)); // pinned
+  Fiber* out[32];
+  // 8 queued: at most 4, all of cookie 1 (the first one's), oldest first.
+  REQUIRE(core.c.steal_locked(0, true, out, 32) == 4);
+  for (std::size_t i = 0; i < 4; ++i) CHECK(out[i] == &f[i]);
+  CHECK(core.c.queued_hint() == 4);
+  // The cap wins over the half.
+  CHECK(core.c.steal_locked(1, false, out, 1) == 1);
+  CHECK(out[0] == &f[4]);
+  // Cookie 1 has only its pinned fiber left: nothing of it to take.
+  CHECK(core.c.steal_locked(1, false, out, 32) == 1); // f[5]
+  CHECK(core.c.steal_locked(1, false, out, 32) == 0);
+  CHECK(core.c.steal_locked(2, false, out, 32) == 1);
+  CHECK(out[0] == &f[6]);
+}
