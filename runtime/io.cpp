@@ -94,8 +94,7 @@ template <class Prep> Result run(const char* what, const OpOptions& o, Prep prep
     ring.request_cancel(&op, op.seq);
   }
   op.fiber->state.store(detail::FiberState::parking, std::memory_order_release);
-  ring.submit();
-  w.park(); // `w` may be another worker when we resume; only `op` is used below
+  w.park(); // submits the SQE, now or with the worker's next batch (Worker::poll_io) // `w` may be another worker when we resume; only `op` is used below
   if (o.cancel) CancellationAccess::detach(*o.cancel);
   return to_result(op);
 }

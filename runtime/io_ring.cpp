@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "io_ring.hpp"
 
+#include "clock.hpp"
+
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -118,7 +120,32 @@ void IoRing::arm_wakeup() {
 void IoRing::submit() {
   if (queued_ == 0) return;
   const int rc = io_uring_submit(&ring_);
-  if (rc >= 0) queued_ = 0;
+  if (rc >= 0) submitted();
+}
+
+bool IoRing::events_pending() const noexcept {
+  // With COOP/DEFER_TASKRUN completions are posted only when we enter the
+  // kernel; the TASKRUN flag says when that is needed (without the flag, ask).
+  const bool deferred = setup_flags_ & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN);
+  return deferred && (!(setup_flags_ & IORING_SETUP_TASKRUN_FLAG) ||
+                      (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN));
+}
+
+void IoRing::submitted() noexcept {
+  queued_ = 0;
+  if (deferred_since_ == 0) return;
+  deferred_since_ = 0;
+  deferring_.store(false, std::memory_order_relaxed);
+}
+
+bool IoRing::defer_submission() noexcept {
+  const std::uint64_t now = now_ns();
+  if (deferred_since_ == 0) {
+    deferred_since_ = now;
+    deferring_.store(true, std::memory_order_relaxed);
+    return true;
+  }
+  return now - deferred_since_ < kMaxDeferNs;
 }
 
 void IoRing::request_cancel(IoOp* op, std::uint64_t seq) {
@@ -187,15 +214,18 @@ void IoRing::complete(io_uring_cqe* cqe, std::vector<Fiber*>& done) {
   }
 }
 
-void IoRing::reap(std::vector<Fiber*>& done) {
+void IoRing::reap(std::vector<Fiber*>& done, bool submit_now) {
   drain_cancels();
-  // With COOP/DEFER_TASKRUN completions are posted only when we enter the
-  // kernel; the TASKRUN flag says when that is needed (without the flag, ask).
-  const bool deferred = setup_flags_ & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN);
-  if (deferred && (!(setup_flags_ & IORING_SETUP_TASKRUN_FLAG) ||
-                   (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN)))
-    io_uring_get_events(&ring_);
-  submit();
+  if (queued_ > 0 && !submit_now && !defer_submission()) submit_now = true;
+  if (events_pending()) {
+    // Entering anyway: submit the queue in the same call.
+    if (io_uring_submit_and_get_events(&ring_) >= 0) submitted();
+  } else if (submit_now) {
+    submit();
+    // What the submission completed at once (a timer already due, a send)
+    // is posted at the next entry: collect it now, not a tick later.
+    if (inflight_ > 0 && events_pending()) io_uring_get_events(&ring_);
+  }
   io_uring_cqe* cqe;
   unsigned head, n = 0;
   io_uring_for_each_cqe(&ring_, head, cqe) {
@@ -203,14 +233,14 @@ void IoRing::reap(std::vector<Fiber*>& done) {
     ++n;
   }
   io_uring_cq_advance(&ring_, n);
-  submit(); // re-armed wake-ups
+  if (submit_now) submit(); // re-armed wake-ups
 }
 
 void IoRing::wait(std::vector<Fiber*>& done) {
   drain_cancels();
   io_uring_cqe* cqe = nullptr;
   const int rc = io_uring_submit_and_wait(&ring_, 1);
-  if (rc >= 0) queued_ = 0;
+  if (rc >= 0) submitted();
   (void)cqe;
   reap(done);
 }

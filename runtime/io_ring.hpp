@@ -53,24 +53,40 @@ public:
   void cancel_all();
   /// Submits queued SQEs.
   void submit();
-  /// Processes completions without blocking; appends fibers whose ops finished.
-  void reap(std::vector<Fiber*>& done);
+  /// Processes completions without blocking; appends fibers whose ops
+  /// finished. With `submit_now` false, queued SQEs may wait for a later
+  /// reap (for up to kMaxDeferNs), unless the kernel has to be entered anyway
+  /// to collect completions: one io_uring_enter then does both.
+  void reap(std::vector<Fiber*>& done, bool submit_now = true);
   /// Blocks until a completion or a wake-up; then reaps like reap().
   void wait(std::vector<Fiber*>& done);
   /// Any thread: makes wait() return.
   void wake() const noexcept;
-  /// Any thread: the kernel holds completions that the owner has not yet
-  /// collected (IORING_SQ_TASKRUN; false where the ring lacks TASKRUN_FLAG).
-  bool completions_waiting() const noexcept {
-    return (setup_flags_ & IORING_SETUP_TASKRUN_FLAG) && (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN);
+  /// Any thread: the owner should reach a scheduling point soon, because the
+  /// kernel holds completions that it has not collected (IORING_SQ_TASKRUN;
+  /// never set where the ring lacks TASKRUN_FLAG) or it holds back SQEs.
+  bool needs_attention() const noexcept {
+    return deferring_.load(std::memory_order_relaxed) ||
+           ((setup_flags_ & IORING_SETUP_TASKRUN_FLAG) && (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN));
   }
   /// Operations in flight (owner thread only).
   unsigned inflight() const noexcept { return inflight_; }
+
+  /// How long a reap may leave an SQE unsubmitted. A bound in time, not in
+  /// reaps: between two reaps a CPU-bound fiber may run a whole slice (the
+  /// ticker then preempts it, see needs_attention()).
+  static constexpr std::uint64_t kMaxDeferNs = 50'000;
 
 private:
   void arm_wakeup();
   void complete(io_uring_cqe* cqe, std::vector<Fiber*>& done);
   void drain_cancels();
+  /// Whether completions wait in the kernel until we enter it.
+  bool events_pending() const noexcept;
+  /// Queued SQEs were submitted.
+  void submitted() noexcept;
+  /// Starts or continues deferring the queued SQEs; false once they have waited kMaxDeferNs.
+  bool defer_submission() noexcept;
 
   io_uring ring_{};
   bool ready_ = false;
@@ -79,6 +95,8 @@ private:
   std::uint64_t event_value_ = 0;
   unsigned inflight_ = 0;
   unsigned queued_ = 0; // SQEs prepared but not submitted
+  std::uint64_t deferred_since_ = 0; // when a reap first left queued SQEs unsubmitted; 0: none
+  std::atomic<bool> deferring_{false}; // deferred_since_ != 0, for the ticker
   std::uint64_t next_seq_ = 1;
   std::unordered_set<IoOp*> inflight_ops_; // owner thread only
   std::mutex cancel_mu_;

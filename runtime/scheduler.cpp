@@ -231,10 +231,11 @@ bool Scheduler::tick() {
   for (auto& wp : workers_) {
     Worker& w = *wp;
     const bool busy = w.busy.load(std::memory_order_relaxed);
-    // A busy worker collects its I/O and timer completions only at scheduling
-    // points: ask for one as soon as the kernel holds some, or a fiber whose
-    // sleep ended would wait for the rest of the running fiber's slice.
-    if (busy && w.io_completions_waiting()) w.sibling().preempt.store(true, std::memory_order_relaxed);
+    // A busy worker collects its I/O and timer completions, and submits the
+    // SQEs it deferred, only at scheduling points: ask for one as soon as it
+    // has either, or a fiber whose sleep ended would wait for the rest of the
+    // running fiber's slice.
+    if (busy && w.io_needs_attention()) w.sibling().preempt.store(true, std::memory_order_relaxed);
     const std::uint64_t sw = w.switches.load(std::memory_order_relaxed);
     if (!busy || sw != w.tick_seen) {
       w.tick_seen = sw;

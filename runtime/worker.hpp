@@ -106,10 +106,10 @@ public:
       trace_->record({now_ns(), 0, f.id, f.cookie, to, TraceKind::wakeup});
   }
 
-  /// Any thread: the kernel holds I/O completions this worker has not collected.
-  bool io_completions_waiting() const noexcept {
+  /// Any thread: this worker has I/O completions to collect or SQEs to submit.
+  bool io_needs_attention() const noexcept {
     const IoRing* r = sib_->ring.load(std::memory_order_acquire);
-    return r && r->completions_waiting();
+    return r && r->needs_attention();
   }
 
   /// Adds this worker's statistics to the snapshot.

@@ -307,3 +307,29 @@ TEST_CASE("a timer on a busy worker fires within a tick, not at the end of the s
   INFO("average lateness " << late_ms << " ms");
   CHECK(average_lateness < o.slice / 2); // without the tick's help: about half a slice or more
 }
+
+TEST_CASE("I/O queued behind runnable fibers is still submitted within a few scheduling points", "[io]") {
+  // A worker with runnable fibers defers its io_uring submissions to batch
+  // them. Two fibers that only yield keep this worker's queue non-empty
+  // forever; without the bound on deferral the sleeper's timer would never
+  // reach the kernel and the yielders would give up after 5 s.
+  Runtime rt(topo("core:1 pu:1"));
+  std::atomic<bool> woke{false};
+  auto yielder = [&] {
+    const auto give_up = Clock::now() + 5s;
+    while (!woke.load() && Clock::now() < give_up) this_fiber::yield();
+  };
+  auto a = rt.spawn(yielder);
+  auto b = rt.spawn(yielder);
+  auto sleeper = rt.spawn([&] {
+    const auto t0 = Clock::now();
+    this_fiber::sleep_for(1ms);
+    woke = true;
+    return Clock::now() - t0;
+  });
+  const auto took = sleeper.join();
+  a.join();
+  b.join();
+  CHECK(took >= 1ms);
+  CHECK(took < 1s);
+}

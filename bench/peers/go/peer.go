@@ -206,7 +206,8 @@ func fail(msg string) {
 
 func main() {
 	workloads := map[string]func(int64, float64) []figure{
-		"yield": yieldPingPong, "spawn_join": spawnJoin, "spawn_many": spawnMany,
+		// Go's spawn_many already waits on a WaitGroup, so spawn_many_wg is the same.
+		"yield": yieldPingPong, "spawn_join": spawnJoin, "spawn_many": spawnMany, "spawn_many_wg": spawnMany,
 		"skynet": skynetWorkload, "channel": channelRoundTrip, "channel_1w": channelRoundTrip1w,
 		"wake": wakeLatency,
 	}
