@@ -141,7 +141,9 @@ public:
     detail::join_task(task_);
     auto* t = std::exchange(task_, nullptr);
     struct Release { detail::Task* t; ~Release() { detail::release_task(t); } } guard{t};
-    if (t->error) std::rethrow_exception(t->error);
+    // Take the exception out: the fiber's memory may be freed by its worker,
+    // and the exception's last reference should not go with it to that thread.
+    if (t->error) std::rethrow_exception(std::exchange(t->error, nullptr));
     if constexpr (!std::is_void_v<T>) return std::move(*t->result);
   }
 
