@@ -115,13 +115,14 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
     throw;
   }
   f->owner = this;
-  f->id = next_fiber_id.fetch_add(1, std::memory_order_relaxed);
+  f->id = mine ? here->new_fiber_id() : new_fiber_ids(1);
   f->cookie = opts.cookie ? opts.cookie->value() : local ? here->running()->cookie : 0;
   f->stack_size = round_to_pages(opts.stack_size ? *opts.stack_size : options_.stack_size);
   f->pinned = opts.pin_to_pu ? static_cast<int>(*opts.pin_to_pu) : kNotPinned;
   f->refs.store(opts.detached ? 1 : 2, std::memory_order_relaxed);
   Task* t = opts.detached ? nullptr : f->task();
-  live_.fetch_add(1, std::memory_order_relaxed);
+  if (mine) here->count_spawned();
+  else external_spawned_.fetch_add(1, std::memory_order_acq_rel);
   if (f->pinned != kNotPinned && !(local && here->index() == static_cast<unsigned>(f->pinned))) {
     f->last_worker = static_cast<unsigned>(f->pinned);
     enqueue_on(f->last_worker, f);
@@ -276,7 +277,19 @@ void Scheduler::check_stall(Worker& w) {
              ran / 1'000'000, w.index(), w.pu().cpu);
 }
 
-void Scheduler::fiber_retired() noexcept { live_.fetch_sub(1, std::memory_order_acq_rel); }
+std::uint64_t new_fiber_ids(std::uint64_t n) noexcept { return next_fiber_id.fetch_add(n, std::memory_order_relaxed); }
+
+// Retired counts are read before spawned ones. Both only grow, so the result
+// is never below the number of fibers live when the last retired count was
+// read, and zero means none was live then (and none can be spawned without
+// one, once external spawns are refused).
+std::uint64_t Scheduler::live_fibers() const noexcept {
+  std::uint64_t retired = 0, spawned = 0;
+  for (const auto& w : workers_) retired += w->retired_count();
+  for (const auto& w : workers_) spawned += w->spawned_count();
+  spawned += external_spawned_.load(std::memory_order_acquire);
+  return spawned - retired;
+}
 
 // ---------------------------------------------------------------- shutdown
 
@@ -289,7 +302,7 @@ void Scheduler::shutdown() {
   shut_down_ = true;
   stopping_.store(true, std::memory_order_release);
   wake_all_workers(); // each cancels its in-flight I/O: sleeping fibers wake now
-  while (live_.load(std::memory_order_acquire) > 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  while (live_fibers() > 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
   exiting_.store(true, std::memory_order_release);
   wake_all_workers();
   for (auto& w : workers_) w->join();

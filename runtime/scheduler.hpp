@@ -23,6 +23,9 @@
 
 namespace coresched::detail {
 
+/// Reserves `n` consecutive fiber ids (process-wide, never 0); returns the first.
+std::uint64_t new_fiber_ids(std::uint64_t n) noexcept;
+
 class Scheduler {
 public:
   Scheduler(Options options, Runtime* owner);
@@ -42,13 +45,13 @@ public:
   /// Queues `f` on worker `w`.
   void enqueue_on(unsigned w, Fiber* f);
   /// Most fibers one steal takes.
-  static constexpr unsigned kStealBatch = 32;
+  static constexpr unsigned kStealBatch = 128;
   /// Takes fibers from another core for `thief`, nearest core first, into
   /// `out` (up to kStealBatch, half the victim's queue); returns how many.
   unsigned steal_for(Worker& thief, const Pick& p, Fiber** out);
   bool stopping() const noexcept { return stopping_.load(std::memory_order_acquire); }
-  /// A fiber finished and released its stack.
-  void fiber_retired() noexcept;
+  /// Fibers spawned and not yet finished (exact once nothing can spawn).
+  std::uint64_t live_fibers() const noexcept;
   /// Called by a worker whose own queue has a backlog: wake a sleeping one.
   void wake_helper(const Worker& from);
   /// A worker enters or leaves the idle loop.
@@ -97,7 +100,7 @@ private:
   std::unique_ptr<Ticker> ticker_;
   std::uint64_t stall_ns_ = 0; // Options::stall_threshold; 0 = off
   std::uint64_t slice_ns_ = 0;
-  std::atomic<std::int64_t> live_{0};
+  std::atomic<std::uint64_t> external_spawned_{0}; // spawns from threads that are not its workers
   std::atomic<bool> stopping_{false};
   std::atomic<bool> exiting_{false};
   std::atomic<int> spinning_{0};

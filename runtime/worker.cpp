@@ -45,6 +45,16 @@ Worker::Worker(Scheduler& sched, const PuInfo& pu, CoreCoordinator& core, unsign
   idle_ctx_.fresh = false;
 }
 
+std::uint64_t Worker::new_fiber_id() noexcept {
+  // Ids come in blocks, so a spawn takes no shared atomic.
+  constexpr std::uint64_t kIdBlock = 256;
+  if (next_id_ == id_end_) {
+    next_id_ = new_fiber_ids(kIdBlock);
+    id_end_ = next_id_ + kIdBlock;
+  }
+  return next_id_++;
+}
+
 std::uint64_t Worker::thread_cpu_ns() const noexcept {
   timespec ts{};
   if (clock_gettime(cpu_clock_, &ts) != 0) return 0;
@@ -220,7 +230,7 @@ void Worker::after_resume(ctx::fcontext_t from) {
     san::retire(*p);
     stacks_.put(std::exchange(p->stack, Stack{}));
     release_fiber(p);
-    sched_.fiber_retired();
+    count_retired();
     break;
   }
   after_ = After::none;
@@ -426,7 +436,7 @@ bool Worker::run_inline(Fiber* f) {
   parent->state.store(FiberState::running, std::memory_order_relaxed);
   parent->last_worker = w->pu_.index;
   release_fiber(f);
-  w->sched_.fiber_retired();
+  w->count_retired();
   return true;
 }
 

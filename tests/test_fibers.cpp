@@ -170,6 +170,29 @@ TEST_CASE("fibers report their location and ids", "[fibers]") {
   CHECK(fid != 0);
 }
 
+TEST_CASE("fiber ids are unique across workers and threads", "[fibers]") {
+  // Workers hand out ids from blocks they reserve; threads take them one by one.
+  Runtime rt(topo("core:2 pu:2"));
+  std::vector<JoinHandle<std::vector<std::uint64_t>>> spawners;
+  for (unsigned w = 0; w < 4; ++w)
+    spawners.push_back(rt.spawn([] {
+      std::vector<std::uint64_t> ids;
+      for (int i = 0; i < 1000; ++i) ids.push_back(coresched::spawn([] {}).id());
+      return ids;
+    }, SpawnOptions{.pin_to_pu = w}));
+  std::set<std::uint64_t> all;
+  std::size_t count = 0;
+  for (int i = 0; i < 1000; ++i, ++count) all.insert(rt.spawn([] {}).id());
+  for (auto& s : spawners)
+    for (std::uint64_t id : s.join()) {
+      all.insert(id);
+      ++count;
+    }
+  CHECK(count == 5000);
+  CHECK(all.size() == count);
+  CHECK(all.count(0) == 0);
+}
+
 TEST_CASE("a custom stack size is honoured", "[fibers]") {
   Runtime rt(topo("core:1 pu:1"));
   auto h = rt.spawn([] {
