@@ -11,6 +11,10 @@
 
 namespace coresched::detail {
 
+namespace testing {
+std::atomic<std::uint64_t> max_io_defer_ns{IoRing::kMaxDeferNs};
+} // namespace testing
+
 namespace {
 // user_data tags in the low bits (IoOp is at least 4-byte aligned).
 constexpr std::uint64_t kTagOp = 0, kTagWakeup = 1, kTagTimeout = 2, kTagIgnore = 3, kTagMask = 3;
@@ -80,29 +84,24 @@ std::string IoRing::flags_text() const {
 }
 
 io_uring_sqe* IoRing::prepare(IoOp* op) {
+  // Room for the operation and a linked timeout: a link must never be split
+  // across two submissions (the kernel would run the operation without its
+  // timeout and reject the lone timeout). Submissions are batched, so a full
+  // queue is a normal event.
+  if (io_uring_sq_space_left(&ring_) < 2) submit();
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-  if (!sqe) {
-    submit();
-    sqe = io_uring_get_sqe(&ring_);
-  }
   io_uring_sqe_set_data64(sqe, tagged(op, kTagOp));
   op->seq = next_seq_++;
   inflight_ops_.insert(op);
-  ++queued_;
   ++inflight_;
   return sqe;
 }
 
 void IoRing::link_timeout(io_uring_sqe* sqe, IoOp* op, __kernel_timespec* ts) {
   sqe->flags |= IOSQE_IO_LINK;
-  io_uring_sqe* t = io_uring_get_sqe(&ring_);
-  if (!t) { // never split a link across submissions
-    submit();
-    t = io_uring_get_sqe(&ring_);
-  }
+  io_uring_sqe* t = io_uring_get_sqe(&ring_); // prepare() left room for it
   io_uring_prep_link_timeout(t, ts, 0);
   io_uring_sqe_set_data64(t, tagged(op, kTagTimeout));
-  ++queued_;
   op->pending = 2;
 }
 
@@ -114,13 +113,11 @@ void IoRing::arm_wakeup() {
   }
   io_uring_prep_read(sqe, event_fd_, &event_value_, sizeof(event_value_), 0);
   io_uring_sqe_set_data64(sqe, tagged(this, kTagWakeup));
-  ++queued_;
 }
 
 void IoRing::submit() {
-  if (queued_ == 0) return;
-  const int rc = io_uring_submit(&ring_);
-  if (rc >= 0) submitted();
+  if (io_uring_sq_ready(&ring_) == 0) return;
+  if (io_uring_submit(&ring_) >= 0) submitted();
 }
 
 bool IoRing::events_pending() const noexcept {
@@ -132,8 +129,8 @@ bool IoRing::events_pending() const noexcept {
 }
 
 void IoRing::submitted() noexcept {
-  queued_ = 0;
-  if (deferred_since_ == 0) return;
+  // The kernel may stop at an SQE it rejects; what is left is submitted next time.
+  if (deferred_since_ == 0 || io_uring_sq_ready(&ring_) > 0) return;
   deferred_since_ = 0;
   deferring_.store(false, std::memory_order_relaxed);
 }
@@ -145,7 +142,7 @@ bool IoRing::defer_submission() noexcept {
     deferring_.store(true, std::memory_order_relaxed);
     return true;
   }
-  return now - deferred_since_ < kMaxDeferNs;
+  return now - deferred_since_ < testing::max_io_defer_ns.load(std::memory_order_relaxed);
 }
 
 void IoRing::request_cancel(IoOp* op, std::uint64_t seq) {
@@ -174,8 +171,7 @@ void IoRing::drain_cancels() {
     }
     io_uring_prep_cancel64(sqe, tagged(op, kTagOp), 0);
     io_uring_sqe_set_data64(sqe, tagged(nullptr, kTagIgnore));
-    ++queued_;
-  }
+    }
 }
 
 void IoRing::cancel_all() {
@@ -187,7 +183,6 @@ void IoRing::cancel_all() {
   }
   io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
   io_uring_sqe_set_data64(sqe, tagged(nullptr, kTagIgnore));
-  ++queued_;
   submit();
 }
 
@@ -216,7 +211,7 @@ void IoRing::complete(io_uring_cqe* cqe, std::vector<Fiber*>& done) {
 
 void IoRing::reap(std::vector<Fiber*>& done, bool submit_now) {
   drain_cancels();
-  if (queued_ > 0 && !submit_now && !defer_submission()) submit_now = true;
+  if (io_uring_sq_ready(&ring_) > 0 && !submit_now && !defer_submission()) submit_now = true;
   if (events_pending()) {
     // Entering anyway: submit the queue in the same call.
     if (io_uring_submit_and_get_events(&ring_) >= 0) submitted();

@@ -20,6 +20,12 @@ namespace coresched::detail {
 
 struct Fiber;
 
+namespace testing {
+/// Test-only: how long a reap may hold SQEs back, in ns (default
+/// IoRing::kMaxDeferNs), so a test can let a burst fill the submission queue.
+extern std::atomic<std::uint64_t> max_io_defer_ns;
+} // namespace testing
+
 /// One in-flight operation. Lives on the waiting fiber's stack.
 struct IoOp {
   Fiber* fiber = nullptr;
@@ -69,6 +75,8 @@ public:
     return deferring_.load(std::memory_order_relaxed) ||
            ((setup_flags_ & IORING_SETUP_TASKRUN_FLAG) && (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN));
   }
+  /// Whether SQEs are being held back to be submitted in a batch (owner thread only).
+  bool deferring() const noexcept { return deferred_since_ != 0; }
   /// Operations in flight (owner thread only).
   unsigned inflight() const noexcept { return inflight_; }
 
@@ -94,7 +102,6 @@ private:
   int event_fd_ = -1;
   std::uint64_t event_value_ = 0;
   unsigned inflight_ = 0;
-  unsigned queued_ = 0; // SQEs prepared but not submitted
   std::uint64_t deferred_since_ = 0; // when a reap first left queued SQEs unsubmitted; 0: none
   std::atomic<bool> deferring_{false}; // deferred_since_ != 0, for the ticker
   std::uint64_t next_seq_ = 1;

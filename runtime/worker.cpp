@@ -291,7 +291,9 @@ bool Worker::local_ok(const Fiber* adding) const noexcept {
 // Reaps I/O completions and wakes their fibers. Called at every scheduling
 // point while operations are in flight, and by the idle loop.
 void Worker::poll_io() {
-  if (ring_.inflight() == 0) return;
+  // Deferred SQEs without an operation in flight: a cancel whose target has
+  // just completed, a re-armed wake-up. They still need their submission.
+  if (ring_.inflight() == 0 && !ring_.deferring()) return;
   if (sched_.stopping() && !stop_cancelled_) {
     ring_.cancel_all(); // shutdown: sleeping and blocked fibers return operation_canceled
     stop_cancelled_ = true;

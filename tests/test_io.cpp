@@ -6,9 +6,12 @@
 
 #include "test_support.hpp"
 
+#include "io_ring.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -332,4 +335,51 @@ TEST_CASE("I/O queued behind runnable fibers is still submitted within a few sch
   b.join();
   CHECK(took >= 1ms);
   CHECK(took < 1s);
+}
+
+TEST_CASE("operations with timeouts keep them when a burst fills the submission queue", "[io]") {
+  // 300 fibers on one worker each queue a recv with a linked timeout (two
+  // SQEs) while the others are still runnable, so submissions are deferred
+  // and the 256-entry queue fills. A link split across two submissions would
+  // run a recv without its timeout: it would wait until the watchdog shuts
+  // the sockets instead of timing out.
+  constexpr int kFibers = 300;
+  raise_fd_limit(4 * kFibers);
+  // Hold submissions back long enough for the burst to fill the queue on any machine.
+  detail::testing::max_io_defer_ns = 1'000'000'000;
+  struct Restore {
+    ~Restore() { detail::testing::max_io_defer_ns = detail::IoRing::kMaxDeferNs; }
+  } restore;
+  Runtime rt(topo("core:1 pu:1"));
+  std::vector<std::array<int, 2>> pairs(kFibers);
+  for (auto& p : pairs) REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p.data()) == 0);
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    const auto give_up = Clock::now() + 10s;
+    while (!done.load() && Clock::now() < give_up) std::this_thread::sleep_for(10ms);
+    if (!done.load())
+      for (auto& p : pairs) ::shutdown(p[1], SHUT_RDWR); // unblocks a recv that lost its timeout
+  });
+  std::atomic<int> timed_out{0};
+  rt.spawn([&] { // spawned from a fiber, so all 300 are queued before the first one runs
+      std::vector<JoinHandle<void>> hs;
+      // A sleep first: one SQE, so the pairs after it straddle the end of the queue.
+      hs.push_back(coresched::spawn([] { this_fiber::sleep_for(20ms); }));
+      for (auto& p : pairs)
+        hs.push_back(coresched::spawn([&, fd = p[0]] {
+          std::array<std::byte, 16> buf;
+          io::OpOptions o;
+          o.timeout = 50ms;
+          const io::Result r = io::recv(fd, buf, 0, o);
+          if (r.error == std::errc::timed_out) timed_out.fetch_add(1);
+        }));
+      for (auto& h : hs) h.join();
+    }).join();
+  done = true;
+  watchdog.join();
+  for (auto& p : pairs) {
+    ::close(p[0]);
+    ::close(p[1]);
+  }
+  CHECK(timed_out.load() == kFibers);
 }
