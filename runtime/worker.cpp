@@ -505,9 +505,17 @@ Fiber* Worker::find_work() {
     }
     if (!spinning && !forced_) spinning = sched_.try_start_spinning();
     const int limit = forced_ ? kForcedIdleSpinRounds : spinning ? kIdleSpinRounds : kUnclaimedSpinRounds;
-    if (rounds < limit || testing::idle_never_sleeps.load(std::memory_order_relaxed)) {
+    if (rounds < limit) {
       ++rounds;
       for (int i = 0; i < kPausesPerRound; ++i) _mm_pause();
+      continue;
+    }
+    if (testing::idle_never_sleeps.load(std::memory_order_relaxed)) {
+      // Valgrind runs one thread at a time and switches at the end of a
+      // quantum, which may fall inside this worker's core lock; a waker then
+      // spins until its own yield. Yielding here, outside every lock, hands
+      // valgrind a switch point where the lock is free.
+      sched_yield();
       continue;
     }
     if (spinning) {

@@ -31,9 +31,10 @@ class Scheduler;
 class Worker;
 
 namespace testing {
-/// Benchmark-only: idle workers spin and never sleep. Valgrind 3.19 runs a
-/// thread blocked in io_uring_enter while holding its global lock, so a
-/// sleeping worker would stall every other thread (bench/budget).
+/// Benchmark-only: idle workers never sleep (after their spin window they
+/// sched_yield in a loop). Valgrind 3.19 runs a thread blocked in
+/// io_uring_enter while holding its global lock, so a sleeping worker would
+/// stall every other thread (bench/budget).
 extern std::atomic<bool> idle_never_sleeps;
 } // namespace testing
 

@@ -50,7 +50,7 @@ def calls_to(path: str, function: str) -> int:
     return calls
 
 
-def count(binary: str, op: str, spec: dict, n: int, tmp: str) -> tuple[int, int]:
+def count(binary: str, op: str, spec: dict, n: int, tmp: str, timeout: float) -> tuple[int, int]:
     """Returns (instructions counted, operations they cover).
 
     Default: the stretch between the program's client requests (one numbered
@@ -61,7 +61,11 @@ def count(binary: str, op: str, spec: dict, n: int, tmp: str) -> tuple[int, int]
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p"]
     if "toggle_collect" in spec:
         cmd += ["--collect-atstart=no", f"--toggle-collect={spec['toggle_collect']}"]
-    proc = subprocess.run(cmd + [binary, op, "-n", str(n)], capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd + [binary, op, "-n", str(n)], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        sys.exit(f"check_budgets: {op}: valgrind ran longer than {timeout} s (a livelock under valgrind's "
+                 "one-thread-at-a-time scheduling?)")
     if proc.returncode != 0:
         sys.exit(f"check_budgets: {op}: {binary} failed under valgrind:\n{proc.stderr[-2000:]}")
     ops = int(proc.stdout.split()[-1])
@@ -86,6 +90,8 @@ def main() -> int:
     ap.add_argument("--budgets", default=os.path.join(HERE, "budgets.json"))
     ap.add_argument("--only", help="check one operation")
     ap.add_argument("--json", help="write the measured figures here")
+    ap.add_argument("--timeout", type=float, default=300.0,
+                    help="seconds one valgrind run may take before the check fails (default 300)")
     args = ap.parse_args()
     if not shutil.which("valgrind"):
         sys.exit("check_budgets: valgrind is not installed (bash scripts/deps.sh installs it)")
@@ -103,13 +109,13 @@ def main() -> int:
                 continue
             print(f"[budget] {op}...", file=sys.stderr, flush=True)
             if "toggle_collect" in spec:  # already per call of one function
-                instructions, ops = count(args.binary, op, spec, spec["count"], tmp)
+                instructions, ops = count(args.binary, op, spec, spec["count"], tmp, args.timeout)
                 per_op = instructions / ops
             else:
                 # Two runs, n and 2n operations: the difference cancels whatever does
                 # not scale with n (start-up on other threads, warm-up, the loop's set-up).
-                i1, o1 = count(args.binary, op, spec, spec["count"], tmp)
-                i2, o2 = count(args.binary, op, spec, 2 * spec["count"], tmp)
+                i1, o1 = count(args.binary, op, spec, spec["count"], tmp, args.timeout)
+                i2, o2 = count(args.binary, op, spec, 2 * spec["count"], tmp, args.timeout)
                 ops = o2 - o1
                 per_op = (i2 - i1) / ops
             ok = per_op <= spec["max_instructions"]
