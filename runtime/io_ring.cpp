@@ -130,19 +130,18 @@ bool IoRing::events_pending() const noexcept {
 
 void IoRing::submitted() noexcept {
   // The kernel may stop at an SQE it rejects; what is left is submitted next time.
-  if (deferred_since_ == 0 || io_uring_sq_ready(&ring_) > 0) return;
-  deferred_since_ = 0;
-  deferring_.store(false, std::memory_order_relaxed);
+  if (!deferring() || io_uring_sq_ready(&ring_) > 0) return;
+  deferred_since_.store(0, std::memory_order_relaxed);
 }
 
 bool IoRing::defer_submission() noexcept {
   const std::uint64_t now = now_ns();
-  if (deferred_since_ == 0) {
-    deferred_since_ = now;
-    deferring_.store(true, std::memory_order_relaxed);
+  const std::uint64_t since = deferred_since_.load(std::memory_order_relaxed);
+  if (since == 0) {
+    deferred_since_.store(now, std::memory_order_relaxed);
     return true;
   }
-  return now - deferred_since_ < testing::max_io_defer_ns.load(std::memory_order_relaxed);
+  return now - since < testing::max_io_defer_ns.load(std::memory_order_relaxed);
 }
 
 void IoRing::request_cancel(IoOp* op, std::uint64_t seq) {

@@ -72,11 +72,11 @@ public:
   /// kernel holds completions that it has not collected (IORING_SQ_TASKRUN;
   /// never set where the ring lacks TASKRUN_FLAG) or it holds back SQEs.
   bool needs_attention() const noexcept {
-    return deferring_.load(std::memory_order_relaxed) ||
+    return deferring() ||
            ((setup_flags_ & IORING_SETUP_TASKRUN_FLAG) && (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN));
   }
   /// Whether SQEs are being held back to be submitted in a batch (owner thread only).
-  bool deferring() const noexcept { return deferred_since_ != 0; }
+  bool deferring() const noexcept { return deferred_since_.load(std::memory_order_relaxed) != 0; }
   /// Operations in flight (owner thread only).
   unsigned inflight() const noexcept { return inflight_; }
 
@@ -102,8 +102,9 @@ private:
   int event_fd_ = -1;
   std::uint64_t event_value_ = 0;
   unsigned inflight_ = 0;
-  std::uint64_t deferred_since_ = 0; // when a reap first left queued SQEs unsubmitted; 0: none
-  std::atomic<bool> deferring_{false}; // deferred_since_ != 0, for the ticker
+  // When a reap first left queued SQEs unsubmitted; 0: none. Written by the
+  // owner only; atomic because the ticker reads it (needs_attention()).
+  std::atomic<std::uint64_t> deferred_since_{0};
   std::uint64_t next_seq_ = 1;
   std::unordered_set<IoOp*> inflight_ops_; // owner thread only
   std::mutex cancel_mu_;

@@ -57,7 +57,7 @@ TEST_CASE("a cached record is poisoned past its link, and unpoisoned when handed
 }
 #endif
 
-TEST_CASE("fibers spawned on one worker and run on others recycle their records", "[record_cache][fibers]") {
+TEST_CASE("fibers spawned on one worker and freed on others all run, and the records move between workers", "[record_cache][fibers]") {
   Runtime rt(topo("core:2 pu:2"));
   const long n = static_cast<long>(200'000 * stress_scale());
   std::atomic<long> sum{0};
