@@ -167,7 +167,7 @@ bool CoreCoordinator::choose_cookie(std::uint64_t running, std::uint64_t& out) {
     out = only->cookie;
     return true;
   }
-  checkpoint(now_ns());
+  checkpoint(cfg_.clock());
   CookieEntry* best = nullptr;
   CookieEntry* cur = nullptr;
   for (auto& e : cookies_) {
@@ -218,7 +218,7 @@ void CoreCoordinator::start(unsigned s, Fiber* f, WakeList& wakes) {
   me.running.store(f->cookie, std::memory_order_release);
   if (single_pu()) return;
   if (f->cookie != owner_) {
-    checkpoint(now_ns());
+    checkpoint(cfg_.clock());
     set_owner(f->cookie);
     wake_sleepers(wakes, s, true); // the core changed cookie: waiting siblings re-pick
   } else if (entry(f->cookie).runnable > 0) {
@@ -280,7 +280,7 @@ Pick CoreCoordinator::pick_locked(unsigned s, WakeList& wakes) {
   if (elsewhere == kNoCookie) {
     // `want` is queued but pinned to a sibling: hand the core to it.
     if (owner_ != want) {
-      checkpoint(now_ns());
+      checkpoint(cfg_.clock());
       set_owner(want);
     }
     wake_sleepers(wakes, s, true);
@@ -325,7 +325,7 @@ bool CoreCoordinator::change_running_cookie_locked(unsigned s, std::uint64_t coo
   if (!compatible_locked(s, cookie)) return false;
   siblings_[s]->running.store(cookie, std::memory_order_release);
   if (!single_pu() && cookie != owner_) {
-    checkpoint(now_ns());
+    checkpoint(cfg_.clock());
     set_owner(cookie);
     wake_sleepers(wakes, s, true);
   }
@@ -338,7 +338,7 @@ void CoreCoordinator::prepare_sleep_locked(unsigned s) {
   for (auto& o : siblings_)
     if (o->running.load(std::memory_order_relaxed) != kNoCookie) return;
   // The whole core idles: stop charging its last cookie for the idle time.
-  checkpoint(now_ns());
+  checkpoint(cfg_.clock());
   owner_ = kNoCookie;
 }
 
@@ -362,7 +362,7 @@ std::uint64_t CoreCoordinator::running_cookie() const noexcept {
 std::vector<CoreCoordinator::CookieTime> CoreCoordinator::ownership() {
   std::vector<CookieTime> out;
   lock_.lock();
-  if (!single_pu() && owner_ != kNoCookie) checkpoint(now_ns());
+  if (!single_pu() && owner_ != kNoCookie) checkpoint(cfg_.clock());
   for (auto& [cookie, ns] : owned_ns_) out.push_back({cookie, ns});
   lock_.unlock();
   return out;

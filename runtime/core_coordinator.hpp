@@ -11,6 +11,7 @@
 // has no overlap window: the new cookie starts after the old one stopped.
 #pragma once
 
+#include "clock.hpp"
 #include "run_queue.hpp"
 #include "spin_lock.hpp"
 
@@ -31,18 +32,24 @@ inline constexpr std::uint64_t kNoCookie = std::numeric_limits<std::uint64_t>::m
 
 struct Sibling;
 
-/// Sleeping siblings to wake once the core lock is released.
+/// Most PUs one core may have (the Scheduler refuses bigger cores with a
+/// TopologyError). SMT-8 is the widest shipping today.
+inline constexpr std::size_t kMaxPusPerCore = 64;
+
+/// Sleeping siblings to wake once the core lock is released. Every list holds
+/// siblings of one core, each at most once (a sibling is added only as its
+/// `sleeping` flag is cleared), so it never needs more than kMaxPusPerCore
+/// entries: none is ever dropped. (It once held 8 and silently lost the rest:
+/// a 16-PU core lost wake-ups and hung at shutdown.)
 class WakeList {
 public:
-  void add(Sibling* s) noexcept {
-    if (n_ < sleepers_.size()) sleepers_[n_++] = s;
-  }
+  void add(Sibling* s) noexcept { sleepers_[n_++] = s; }
   /// Bumps each sibling's wake word and wakes its worker; call after unlocking.
   void notify() noexcept;
   bool empty() const noexcept { return n_ == 0; }
 
 private:
-  std::array<Sibling*, 8> sleepers_{};
+  std::array<Sibling*, kMaxPusPerCore> sleepers_; // uninitialised: only [0, n_) is read
   std::size_t n_ = 0;
 };
 
@@ -75,6 +82,10 @@ struct Pick {
 struct CoreConfig {
   FairnessPolicy policy = FairnessPolicy::core_vruntime;
   std::uint64_t granularity_ns = 500'000; // hysteresis before the core changes cookie
+  /// Read only off the hot paths (see clock.hpp); the deterministic simulation
+  /// (tests/sim/) substitutes simulated time. An indirect call costs nothing
+  /// beside the 28 ns of the clock read itself.
+  ClockFn clock = now_ns;
 };
 
 class CoreCoordinator {

@@ -5,6 +5,7 @@
 // million queued fibers hold no stacks.
 #pragma once
 
+#include "eh_state.hpp"
 #include "spin_lock.hpp"
 #include "stack_pool.hpp"
 
@@ -62,6 +63,7 @@ struct Fiber {
   bool recyclable = false;      // a kRecordBytes block (record_cache.hpp)
   std::atomic<bool> context_saved{true}; // false while switching out after being queued
   std::atomic<FiberState> state{FiberState::runnable};
+  EhState eh;                   // the C++ exception state while switched out (eh_state.hpp)
   [[no_unique_address]] SanitizerState san; // empty in normal builds
   // --- lifetime and join ---
   std::atomic<int> refs{1};
@@ -69,6 +71,8 @@ struct Fiber {
   std::atomic<std::uint32_t> done{0};
   Fiber* joiner = nullptr;   // a fiber suspended in join
   bool thread_joiner = false; // a plain thread blocked in join (futex on `done`)
+  bool handle_gone = false;   // detached, or its handle dropped before it finished: nobody
+                              // collects the result, so the fiber destroys it itself
 
   Task* task() noexcept;
   static Fiber* of(const Task* t) noexcept;

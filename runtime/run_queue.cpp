@@ -76,10 +76,13 @@ Fiber* RunQueue::steal(std::uint64_t cookie, bool any) noexcept {
   return nullptr;
 }
 
+// Compares pointers only: `f` may be running on another core, where
+// set_cookie may be changing its cookie right now, so none of its fields may
+// be read until it is known to be queued here (and so stopped).
 bool RunQueue::contains(const Fiber* f) const noexcept {
-  const List* l = find(f->cookie);
-  for (const Fiber* x = l ? l->head : nullptr; x; x = x->next)
-    if (x == f) return true;
+  for (const auto& l : lists_)
+    for (const Fiber* x = l.head; x; x = x->next)
+      if (x == f) return true;
   return false;
 }
 

@@ -22,7 +22,7 @@ public:
   Fiber* pop_oldest() noexcept;
   /// Oldest unpinned fiber of `cookie` (any cookie if `any`), for another worker.
   Fiber* steal(std::uint64_t cookie, bool any) noexcept;
-  /// Whether `f` is queued here.
+  /// Whether `f` is queued here. Reads no field of `f` (it may be running elsewhere).
   bool contains(const Fiber* f) const noexcept;
   /// Removes `f` if it is queued here; returns whether it was.
   bool remove(Fiber* f) noexcept;

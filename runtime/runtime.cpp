@@ -63,7 +63,16 @@ void join_task(Task* t) {
   w->park();
 }
 
-void release_task(Task* t) noexcept { release_fiber(Fiber::of(t)); }
+// The handle goes (detach, or after join). If the fiber has not finished, it
+// will destroy its own result under its own cookie (Worker::run_user_code);
+// if it has, the result is the handle owner's, destroyed here.
+void release_task(Task* t) noexcept {
+  Fiber* f = Fiber::of(t);
+  f->join_lock.lock();
+  if (!f->done.load(std::memory_order_relaxed)) f->handle_gone = true;
+  f->join_lock.unlock();
+  release_fiber(f);
+}
 
 std::uint64_t task_fiber_id(const Task* t) noexcept { return Fiber::of(t)->id; }
 

@@ -37,6 +37,11 @@ Scheduler::Scheduler(Options options, Runtime* owner)
   trace_ = Trace::from_options(options_.trace_path, topology_.pus().size());
   const CoreConfig cfg{options_.policy,
                        static_cast<std::uint64_t>(std::chrono::nanoseconds(options_.slice).count()) / 2};
+  for (const auto& c : topology_.cores())
+    if (c.pus.size() > kMaxPusPerCore)
+      throw TopologyError("coresched: core " + std::to_string(c.index) + " of topology \"" + topology_.spec() +
+                          "\" has " + std::to_string(c.pus.size()) + " PUs; at most " +
+                          std::to_string(kMaxPusPerCore) + " per core are supported");
   for (const auto& c : topology_.cores()) cores_.push_back(std::make_unique<CoreCoordinator>(c.index, c.pus, cfg));
   for (const auto& pu : topology_.pus()) {
     const auto& sibs = topology_.cores()[pu.core].pus;
@@ -91,10 +96,16 @@ void Scheduler::maybe_kernel_cookie() {
 
 // ---------------------------------------------------------------- spawning
 
+void check_cookie(std::uint64_t value) {
+  if (value == kNoCookie)
+    throw UsageError("coresched: cookie value 18446744073709551615 (UINT64_MAX) is reserved for \"no cookie\"; "
+                     "use Cookie::create()");
+}
+
 Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t align,
                        void (*construct)(void*, void*), void* arg) {
-  if (stopping_.load(std::memory_order_acquire)) throw UsageError("coresched: spawn after shutdown");
   if (opts.stack_size && *opts.stack_size == 0) throw UsageError("coresched: a fiber's stack size must not be zero");
+  if (opts.cookie) check_cookie(opts.cookie->value());
   if (opts.pin_to_pu && *opts.pin_to_pu >= workers_.size())
     throw UsageError("coresched: pin_to_pu " + std::to_string(*opts.pin_to_pu) + " is out of range (" +
                      std::to_string(workers_.size()) + " PUs)");
@@ -103,6 +114,23 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
   Worker* here = Worker::current();
   const bool mine = here && &here->scheduler() == this;
   const bool local = mine && here->in_task();
+  // A fiber of this runtime may spawn while it shuts down: shutdown waits for
+  // the spawner, which is live, and so for its children. Anyone else is
+  // counted *before* the stopping check (both seq_cst, against shutdown's
+  // store-then-count): either the spawn sees `stopping` and is refused, or
+  // shutdown sees the count and waits for the fiber. Checking first and
+  // counting after let a spawn slip between the two: its fiber never ran.
+  if (!local) {
+    external_spawned_.fetch_add(1, std::memory_order_seq_cst);
+    if (stopping_.load(std::memory_order_seq_cst)) {
+      external_spawned_.fetch_sub(1, std::memory_order_relaxed);
+      throw UsageError("coresched: spawn after shutdown");
+    }
+  }
+  struct Uncount { // a spawn that throws below was never a fiber
+    std::atomic<std::uint64_t>* n;
+    ~Uncount() { if (n) n->fetch_sub(1, std::memory_order_relaxed); }
+  } uncount{local ? nullptr : &external_spawned_};
   const bool recyclable = kTaskOffset + size <= kRecordBytes;
   void* mem = recyclable && mine ? here->records().get() : ::operator new(recyclable ? kRecordBytes : kTaskOffset + size);
   auto* f = new (mem) Fiber;
@@ -114,15 +142,16 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
     free_record(mem, recyclable, this);
     throw;
   }
+  uncount.n = nullptr;
   f->owner = this;
   f->id = mine ? here->new_fiber_id() : new_fiber_ids(1);
   f->cookie = opts.cookie ? opts.cookie->value() : local ? here->running()->cookie : 0;
   f->stack_size = round_to_pages(opts.stack_size ? *opts.stack_size : options_.stack_size);
   f->pinned = opts.pin_to_pu ? static_cast<int>(*opts.pin_to_pu) : kNotPinned;
   f->refs.store(opts.detached ? 1 : 2, std::memory_order_relaxed);
+  f->handle_gone = opts.detached;
   Task* t = opts.detached ? nullptr : f->task();
-  if (mine) here->count_spawned();
-  else external_spawned_.fetch_add(1, std::memory_order_acq_rel);
+  if (local) here->count_spawned();
   if (f->pinned != kNotPinned && !(local && here->index() == static_cast<unsigned>(f->pinned))) {
     f->last_worker = static_cast<unsigned>(f->pinned);
     enqueue_on(f->last_worker, f);
@@ -287,7 +316,7 @@ std::uint64_t Scheduler::live_fibers() const noexcept {
   std::uint64_t retired = 0, spawned = 0;
   for (const auto& w : workers_) retired += w->retired_count();
   for (const auto& w : workers_) spawned += w->spawned_count();
-  spawned += external_spawned_.load(std::memory_order_acquire);
+  spawned += external_spawned_.load(std::memory_order_seq_cst);
   return spawned - retired;
 }
 
@@ -300,7 +329,7 @@ void Scheduler::shutdown() {
   if (here && &here->scheduler() == this)
     throw UsageError("coresched: shutdown() called from one of the runtime's own fibers");
   shut_down_ = true;
-  stopping_.store(true, std::memory_order_release);
+  stopping_.store(true, std::memory_order_seq_cst); // before live_fibers() reads the counts (see spawn)
   wake_all_workers(); // each cancels its in-flight I/O: sleeping fibers wake now
   while (live_fibers() > 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
   exiting_.store(true, std::memory_order_release);

@@ -23,6 +23,9 @@
 
 namespace coresched::detail {
 
+/// Throws UsageError for a cookie value the runtime reserves (kNoCookie).
+void check_cookie(std::uint64_t value);
+
 /// Reserves `n` consecutive fiber ids (process-wide, never 0); returns the first.
 std::uint64_t new_fiber_ids(std::uint64_t n) noexcept;
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "stack_pool.hpp"
 
+#include <atomic>
 #include <new>
 #include <sanitizer/asan_interface.h>
 #include <sys/mman.h>
@@ -13,7 +14,15 @@ std::size_t page_size() noexcept {
   return ps;
 }
 
+namespace testing {
+std::atomic<int> fail_stack_allocations{0};
+} // namespace testing
+
 Stack allocate_stack(std::size_t usable) {
+  // Test hook: behave as an mmap that failed (vm.max_map_count reached).
+  if (testing::fail_stack_allocations.load(std::memory_order_relaxed) > 0 &&
+      testing::fail_stack_allocations.fetch_sub(1, std::memory_order_relaxed) > 0)
+    throw std::bad_alloc();
   const std::size_t ps = page_size();
   usable = (usable + ps - 1) / ps * ps;
   void* p = mmap(nullptr, usable + ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

@@ -4,6 +4,7 @@
 // so a worker keeps a small free list and only new or odd-sized stacks pay it.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <mutex>
 #include <vector>
@@ -16,6 +17,12 @@ struct Stack {
   void* top() const noexcept { return static_cast<char*>(base) + size; }
   explicit operator bool() const noexcept { return base != nullptr; }
 };
+
+namespace testing {
+/// Test-only: while positive, each stack allocation fails (std::bad_alloc) and
+/// decrements it, as when mmap meets vm.max_map_count.
+extern std::atomic<int> fail_stack_allocations;
+} // namespace testing
 
 /// Allocates a stack with a PROT_NONE guard page below it. Throws std::bad_alloc.
 Stack allocate_stack(std::size_t usable);

@@ -63,7 +63,11 @@ Cookie cookie() noexcept {
   return w && w->in_task() ? Cookie::from_value(w->running()->cookie) : Cookie{};
 }
 
-void set_cookie(Cookie c) { require_fiber("set_cookie").set_cookie(c.value()); }
+void set_cookie(Cookie c) {
+  detail::Worker& w = require_fiber("set_cookie");
+  detail::check_cookie(c.value());
+  w.set_cookie(c.value());
+}
 
 Location location() {
   const detail::Worker& w = require_fiber("location");

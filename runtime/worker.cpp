@@ -105,6 +105,7 @@ void Worker::thread_main() {
   tls_worker = this;
   tls_preempt = &sibling().preempt;
   current_ = &idle_ctx_;
+  eh_ = thread_eh_state();
   san::adopt_thread(idle_ctx_);
   bind_to_cpu();
   try {
@@ -173,6 +174,11 @@ void Worker::check_isolation([[maybe_unused]] const Fiber* f) {
 }
 
 void Worker::switch_to(Fiber* next, After after) {
+  if (next->fresh && !give_stack(next)) [[unlikely]] {
+    wait_for_stack(next);
+    if (!current_->is_task) return; // the idle loop picks again after a pause
+    next = &idle_ctx_;
+  }
   prev_ = current_;
   after_ = after;
   current_ = next;
@@ -187,27 +193,24 @@ void Worker::switch_to(Fiber* next, After after) {
     if (trace_) [[unlikely]]
       trace_run(nullptr);
   }
-  if (next->fresh) {
-    start_fresh(next);
-  } else {
-    // A fiber queued by yield() may still be saving its context on its old worker.
-    while (!next->context_saved.load(std::memory_order_acquire)) _mm_pause();
-  }
-  san::before_switch(*prev_, *next, after == After::retire);
-  ctx::transfer_t t = ctx::jump_fcontext(next->context, nullptr);
+  // A fiber queued by yield() may still be saving its context on its old worker.
+  while (!next->context_saved.load(std::memory_order_acquire)) _mm_pause();
+  jump(*prev_, *next, after == After::retire);
+}
+
+// The one fiber-to-fiber jump. The thread's C++ exception state goes with the
+// fiber that owns it (eh_state.hpp); the sanitizers are told about the stacks.
+void Worker::jump(Fiber& from, Fiber& to, bool from_ends) {
+  from.eh = *eh_;
+  *eh_ = to.eh;
+  san::before_switch(from, to, from_ends);
+  ctx::transfer_t t = ctx::jump_fcontext(to.context, nullptr);
   // We may now be on another worker's thread: re-read it.
   Worker::current()->after_resume(t.fctx);
 }
 
 // Runs on the context that was switched to: saves the previous context and
 // finishes what the previous fiber could not do while still on its stack.
-void Worker::start_fresh(Fiber* f) {
-  f->fresh = false;
-  f->stack = stacks_.get(f->stack_size);
-  san::assign_stack(*f, f->stack.base, f->stack.size);
-  f->context = ctx::make_fcontext(f->stack.top(), f->stack.size, &Worker::fiber_main);
-}
-
 void Worker::after_resume(ctx::fcontext_t from) {
   Fiber* p = prev_;
   if (from) san::after_switch(*current_, *p);
@@ -234,50 +237,6 @@ void Worker::after_resume(ctx::fcontext_t from) {
     break;
   }
   after_ = After::none;
-}
-
-void Worker::fiber_main(ctx::transfer_t t) {
-  Worker::current()->after_resume(t.fctx);
-  fiber_loop();
-}
-
-// The body of every fiber stack. When a fiber finishes and the next one has
-// never run, the next one is adopted onto this same stack: no switch, no new
-// context. That makes spawn+join of short fibers little more than a call.
-void Worker::fiber_loop() {
-  for (;;) {
-    Worker* w = Worker::current();
-    Fiber* f = w->current_;
-    f->task()->run();
-    w = Worker::current(); // the fiber may have migrated
-    w->finish(f);
-    const Pick p = w->pick();
-    Fiber* next = p.kind == Pick::Kind::run ? p.fiber : &w->idle_ctx_;
-    if (next->fresh && next->stack_size == f->stack.size) {
-      next->fresh = false;
-      next->stack = std::exchange(f->stack, Stack{});
-      san::hand_over_stack(*f, *next);
-      w->prev_ = f;
-      w->after_ = After::retire;
-      w->current_ = next;
-      w->begin_run(next);
-      w->after_resume(nullptr);
-      continue;
-    }
-    w->switch_to(next, After::retire);
-    __builtin_unreachable();
-  }
-}
-
-void Worker::finish(Fiber* f) {
-  f->state.store(FiberState::done, std::memory_order_relaxed);
-  f->join_lock.lock();
-  f->done.store(1, std::memory_order_release);
-  Fiber* joiner = std::exchange(f->joiner, nullptr);
-  const bool thread_waits = f->thread_joiner;
-  f->join_lock.unlock();
-  if (thread_waits) futex_wake(f->done, INT_MAX); // a plain thread is blocked in join
-  if (joiner) wake_fiber(joiner);
 }
 
 // The owner-only queue may hold fibers only while no other worker could run
@@ -362,8 +321,12 @@ void Worker::yield() {
       switches.store(switches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       return;
     }
-    local_.push(self);
     Fiber* next = local_.pop();
+    if (next->fresh && !give_stack(next)) [[unlikely]] {
+      local_.push(next); // no memory for its stack yet: `self` runs on
+      return;
+    }
+    local_.push(self);
     if (me.running.load(std::memory_order_relaxed) != next->cookie)
       me.running.store(next->cookie, std::memory_order_release);
     // `self` is invisible to other workers until its context is saved.
@@ -371,11 +334,7 @@ void Worker::yield() {
     after_ = After::none;
     current_ = next;
     begin_run(next);
-    if (next->fresh) [[unlikely]]
-      start_fresh(next);
-    san::before_switch(*self, *next, false);
-    ctx::transfer_t t = ctx::jump_fcontext(next->context, nullptr);
-    Worker::current()->after_resume(t.fctx);
+    jump(*self, *next, false);
     return;
   }
   poll_io();
@@ -403,66 +362,6 @@ void Worker::park() {
   switch_to(p.kind == Pick::Kind::run ? p.fiber : &idle_ctx_, After::park);
 }
 
-bool Worker::run_inline(Fiber* f) {
-  Fiber* parent = current_;
-  // Only a child still queued here is certainly not running elsewhere; its
-  // fields may be read only once that is established.
-  bool mine = false;
-  if (local_.contains(f)) {
-    mine = f->fresh && local_.remove(f);
-  } else {
-    core_.lock().lock();
-    mine = core_.remove_unstarted_locked(sibling_, f);
-    core_.lock().unlock();
-  }
-  if (!mine) return false;
-  if (f->cookie != parent->cookie) { // its cookie may not run here now: queue it again
-    enqueue_spawned(f);
-    return false;
-  }
-  // The child borrows the parent's stack. If it blocks, the parent (which
-  // is waiting for it anyway) is suspended underneath it.
-  f->fresh = false;
-  san::borrow_stack(*parent, *f);
-  f->stack = parent->stack; // borrowed: named in a stack overflow report, never freed by the child
-  current_ = f;
-  begin_run(f);
-  f->task()->run();
-  Worker* w = Worker::current(); // the child may have migrated, and the parent with it
-  w->finish(f);
-  f->stack = Stack{};
-  w->current_ = parent;
-  w->running_id.store(parent->id, std::memory_order_relaxed);
-  if (w->trace_) [[unlikely]]
-    w->trace_run(parent);
-  parent->state.store(FiberState::running, std::memory_order_relaxed);
-  parent->last_worker = w->pu_.index;
-  release_fiber(f);
-  w->count_retired();
-  return true;
-}
-
-void Worker::set_cookie(std::uint64_t cookie) {
-  Fiber* self = current_;
-  if (self->cookie == cookie) return;
-  WakeList wakes;
-  core_.lock().lock();
-  self->cookie = cookie;
-  const bool ok = core_.change_running_cookie_locked(sibling_, cookie, wakes);
-  core_.lock().unlock();
-  wakes.notify();
-  if (!ok) {
-    yield(); // a sibling runs another cookie: resume only where this one may run
-    return;
-  }
-  check_isolation(self);
-  const std::uint64_t now = now_ns();
-  close_segment(now);
-  seg_open_ = true;
-  seg_cookie_ = cookie;
-  seg_start_ = now;
-}
-
 // ---------------------------------------------------------------- idle
 
 void Worker::idle_loop() {
@@ -476,6 +375,12 @@ void Worker::set_idle(bool on) {
 }
 
 Fiber* Worker::find_work() {
+  if (stack_starved_) [[unlikely]] {
+    // A picked fiber found no memory for its stack and went back to the
+    // queue: give other fibers time to finish and free theirs.
+    stack_starved_ = false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   int rounds = 0;
   bool spinning = false;
   for (;;) {

@@ -92,6 +92,11 @@ public:
   void enqueue_spawned(Fiber* f);
   /// Changes the running fiber's cookie, yielding if a sibling conflicts.
   void set_cookie(std::uint64_t cookie);
+  /// The isolation rule's one gate back into user code that did not come
+  /// through a pick: the running fiber resumes only once this PU publishes
+  /// its cookie (republished under the core lock if it differs, or the fiber
+  /// yields until a pick publishes it).
+  void publish_running();
 
   unsigned index() const noexcept { return pu_.index; }
   unsigned sibling_index() const noexcept { return sibling_; }
@@ -138,8 +143,12 @@ private:
   Fiber* find_work();
   bool sleep_once();
   void switch_to(Fiber* next, After after);
+  void jump(Fiber& from, Fiber& to, bool from_ends);
   void after_resume(ctx::fcontext_t from);
-  void start_fresh(Fiber* f);
+  bool give_stack(Fiber* f) noexcept;
+  void wait_for_stack(Fiber* f);
+  static void run_user_code(Fiber* f) noexcept;
+  bool may_run_inline(const Fiber* parent, const Fiber* child) const noexcept;
   void begin_run(Fiber* f);
   void check_isolation(const Fiber* f);
   void finish(Fiber* f);
@@ -183,6 +192,8 @@ private:
   bool push_local(Fiber* f);
 
   Fiber idle_ctx_;
+  EhState* eh_ = nullptr;     // this thread's C++ exception state (eh_state.hpp)
+  bool stack_starved_ = false; // a fiber could not get a stack: the idle loop backs off
   Fiber* current_ = nullptr;
   Fiber* prev_ = nullptr;
   After after_ = After::none;

@@ -23,7 +23,9 @@ public:
   /// thread, with or without a Runtime; cookies are never reused.
   static Cookie create() noexcept;
 
-  /// Rebuilds a cookie from value(); for stats tables and tests.
+  /// Rebuilds a cookie from value(); for stats tables and tests. The value
+  /// UINT64_MAX is reserved (the runtime's "no cookie"): spawning a fiber with
+  /// it or passing it to this_fiber::set_cookie() is a UsageError.
   static constexpr Cookie from_value(std::uint64_t v) noexcept { return Cookie(v); }
 
   /// The raw value; 0 means untagged.

@@ -47,24 +47,41 @@ namespace detail {
 
 /// Type-erased body of a fiber. The runtime allocates it together with its
 /// scheduling state (one allocation per spawn) and calls run() once.
+///
+/// Everything here that holds user state — the callable and its captures, the
+/// result, the exception — is user code when destroyed, so it is destroyed by
+/// the fiber itself while it still runs under its own cookie: the callable at
+/// the end of run(), a result nobody will collect (detached fiber, handle
+/// dropped first) by discard_result() before the fiber finishes. The runtime's
+/// final ~Task() then destroys only what a handle took over or left empty.
 class Task {
 public:
   virtual ~Task() = default;
-  /// Runs the callable and stores its result or exception.
+  /// Runs the callable, stores its result or exception, then destroys the callable.
   virtual void run() noexcept = 0;
+  /// Destroys the result and the exception (nobody will collect them).
+  virtual void discard_result() noexcept { error = nullptr; }
   std::exception_ptr error; ///< Set if the callable threw.
 };
 
 /// A task whose callable returns R.
 template <class R> class ResultTask : public Task {
 public:
-  std::optional<R> result;
+  /// Also destroys the stored result.
+  void discard_result() noexcept override {
+    this->error = nullptr;
+    result.reset();
+  }
+  std::optional<R> result; ///< Set if the callable returned.
 };
 template <> class ResultTask<void> : public Task {};
 
 template <class F, class R> class TaskImpl final : public ResultTask<R> {
 public:
-  explicit TaskImpl(F&& f) : fn_(std::move(f)) {}
+  explicit TaskImpl(F&& f) { ::new (static_cast<void*>(&fn_)) F(std::move(f)); }
+  ~TaskImpl() override {
+    if (!ran_) fn_.~F(); // never ran (a spawn that failed after construction)
+  }
   void run() noexcept override {
     try {
       if constexpr (std::is_void_v<R>) fn_();
@@ -72,9 +89,12 @@ public:
     } catch (...) {
       this->error = std::current_exception();
     }
+    ran_ = true;
+    fn_.~F(); // the captures' destructors are the fiber's own code: run them now, under its cookie
   }
 private:
-  F fn_;
+  union { F fn_; }; // destroyed by run(), not by ~TaskImpl
+  bool ran_ = false;
 };
 
 class Scheduler;

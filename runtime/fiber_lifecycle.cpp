@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: Apache-2.0
+// A fiber's life on its worker: it gets a stack, runs its user code, finishes,
+// and hands its stack on. Everything here exists to keep one rule:
+//
+//   Every piece of a fiber's user code — its body, the destruction of its
+//   callable, of a result and exception nobody will collect, a child run
+//   inline — runs while its PU publishes that code's cookie.
+//
+// So user code runs in exactly one function, run_user_code(), which returns
+// only when nothing of the fiber's user state is left for the runtime to
+// destroy; the worker picks what runs next only after it. The one other way
+// back into user code without a pick — a joiner resuming after its child ran
+// inline — passes through publish_running().
+#include "futex.hpp"
+#include "log.hpp"
+#include "sanitizer.hpp"
+#include "scheduler.hpp"
+#include "worker.hpp"
+
+#include <chrono>
+#include <climits>
+#include <new>
+
+namespace coresched::detail {
+
+// ---------------------------------------------------------------- stacks
+
+// A fiber gets its stack when it first runs. Each started fiber holds two
+// kernel mappings (stack and guard page), so tens of thousands of started
+// fibers can meet vm.max_map_count; the fiber then waits in the queue, under
+// no cookie, until others finish — its user code has not begun, so nothing
+// of it can run beside the wrong sibling, and nothing throws into the fiber
+// that happened to be switching out.
+bool Worker::give_stack(Fiber* f) noexcept {
+  try {
+    f->stack = stacks_.get(f->stack_size);
+  } catch (const std::bad_alloc&) {
+    stack_starved_ = true;
+    return false;
+  }
+  f->fresh = false;
+  san::assign_stack(*f, f->stack.base, f->stack.size);
+  f->context = ctx::make_fcontext(f->stack.top(), f->stack.size, &Worker::fiber_main);
+  return true;
+}
+
+void Worker::wait_for_stack(Fiber* f) {
+  static std::atomic<std::uint64_t> last_warning{0};
+  const std::uint64_t now = now_ns();
+  std::uint64_t last = last_warning.load(std::memory_order_relaxed);
+  if (now - last > 1'000'000'000 && last_warning.compare_exchange_strong(last, now))
+    log().warn("no memory for the {} KiB stack of fiber {} (mmap failed; each started fiber holds two mappings, "
+               "see vm.max_map_count): it waits until other fibers finish",
+               f->stack_size / 1024, f->id);
+  core_.lock().lock();
+  core_.requeue_locked(sibling_, f);
+  core_.lock().unlock();
+}
+
+// ---------------------------------------------------------------- user code
+
+// The only place a fiber's user code runs. Task::run() calls the callable and
+// destroys it; a result or exception that no handle will collect is destroyed
+// here too, before the fiber is marked done (after that a handle that is
+// dropped destroys it in its owner's context, which owns it then).
+void Worker::run_user_code(Fiber* f) noexcept {
+  f->task()->run();
+  f->join_lock.lock();
+  const bool discard = f->handle_gone;
+  f->join_lock.unlock();
+  // handle_gone never goes back to false, and the handle is gone: nobody can
+  // set `done` or read the result meanwhile.
+  if (discard) f->task()->discard_result();
+}
+
+void Worker::finish(Fiber* f) {
+  f->state.store(FiberState::done, std::memory_order_relaxed);
+  f->join_lock.lock();
+  f->done.store(1, std::memory_order_release);
+  Fiber* joiner = std::exchange(f->joiner, nullptr);
+  const bool thread_waits = f->thread_joiner;
+  f->join_lock.unlock();
+  if (thread_waits) futex_wake(f->done, INT_MAX); // a plain thread is blocked in join
+  if (joiner) wake_fiber(joiner);
+}
+
+void Worker::fiber_main(ctx::transfer_t t) {
+  Worker::current()->after_resume(t.fctx);
+  fiber_loop();
+}
+
+// The body of every fiber stack. When a fiber finishes and the next one has
+// never run, the next one is adopted onto this same stack: no switch, no new
+// context. That makes spawn+join of short fibers little more than a call.
+void Worker::fiber_loop() {
+  for (;;) {
+    Fiber* f = Worker::current()->current_;
+    run_user_code(f);
+    Worker* w = Worker::current(); // the fiber may have migrated
+    w->finish(f);
+    const Pick p = w->pick();
+    Fiber* next = p.kind == Pick::Kind::run ? p.fiber : &w->idle_ctx_;
+    if (next->fresh && next->stack_size == f->stack.size) {
+      next->fresh = false;
+      next->stack = std::exchange(f->stack, Stack{});
+      san::hand_over_stack(*f, *next);
+      *w->eh_ = EhState{}; // a fresh fiber starts outside every catch block
+      w->prev_ = f;
+      w->after_ = After::retire;
+      w->current_ = next;
+      w->begin_run(next);
+      w->after_resume(nullptr);
+      continue;
+    }
+    w->switch_to(next, After::retire);
+    __builtin_unreachable();
+  }
+}
+
+// ---------------------------------------------------------------- inline join
+
+// A child runs inline on its joiner's frame only where nothing observable
+// differs from running it on its own: the same cookie (the PU already
+// publishes it), no more stack than the joiner's (it shares that stack), and
+// the joiner's pin (if the child blocks, the joiner's frame goes wherever the
+// child resumes). An unpinned child of a pinned joiner is pinned with it for
+// that run: it may run anywhere, so here is fine.
+bool Worker::may_run_inline(const Fiber* parent, const Fiber* child) const noexcept {
+  return child->cookie == parent->cookie && child->stack_size <= parent->stack.size &&
+         (child->pinned == kNotPinned || child->pinned == parent->pinned);
+}
+
+bool Worker::run_inline(Fiber* f) {
+  Fiber* parent = current_;
+  // Only a child still queued here is certainly not running elsewhere; its
+  // fields may be read only once that is established.
+  bool mine = false;
+  if (local_.contains(f)) {
+    mine = f->fresh && local_.remove(f);
+  } else {
+    core_.lock().lock();
+    mine = core_.remove_unstarted_locked(sibling_, f);
+    core_.lock().unlock();
+  }
+  if (!mine) return false;
+  if (!may_run_inline(parent, f)) {
+    enqueue_spawned(f); // it runs on its own; the joiner waits for it
+    return false;
+  }
+  f->pinned = parent->pinned;
+  // The child borrows the parent's stack. If it blocks, the parent (which
+  // is waiting for it anyway) is suspended underneath it.
+  f->fresh = false;
+  san::borrow_stack(*parent, *f);
+  f->stack = parent->stack; // borrowed: named in a stack overflow report, never freed by the child
+  current_ = f;
+  begin_run(f);
+  run_user_code(f);
+  Worker* w = Worker::current(); // the child may have migrated, and the parent with it
+  w->finish(f);
+  f->stack = Stack{};
+  w->current_ = parent;
+  w->running_id.store(parent->id, std::memory_order_relaxed);
+  if (w->trace_) [[unlikely]]
+    w->trace_run(parent);
+  parent->state.store(FiberState::running, std::memory_order_relaxed);
+  parent->last_worker = w->pu_.index;
+  release_fiber(f); // the runtime's part only: its user state went in run_user_code
+  w->count_retired();
+  w->publish_running(); // the child may have changed its cookie
+  return true;
+}
+
+// ---------------------------------------------------------------- cookies
+
+void Worker::set_cookie(std::uint64_t cookie) {
+  Fiber* self = current_;
+  if (self->cookie == cookie) return;
+  core_.lock().lock();
+  self->cookie = cookie; // under the lock: pickers compare it with what siblings publish
+  core_.lock().unlock();
+  publish_running();
+}
+
+void Worker::publish_running() {
+  Fiber* self = current_;
+  if (sibling().running.load(std::memory_order_relaxed) == self->cookie) return;
+  WakeList wakes;
+  core_.lock().lock();
+  const bool ok = core_.change_running_cookie_locked(sibling_, self->cookie, wakes);
+  core_.lock().unlock();
+  wakes.notify();
+  if (!ok) {
+    yield(); // a sibling runs another cookie: resume only where this one may run
+    return;
+  }
+  check_isolation(self);
+  const std::uint64_t now = now_ns();
+  close_segment(now);
+  seg_open_ = true;
+  seg_cookie_ = self->cookie;
+  seg_start_ = now;
+}
+
+} // namespace coresched::detail
