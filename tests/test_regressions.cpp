@@ -226,10 +226,12 @@ TEST_CASE("std::uncaught_exceptions() follows a fiber that suspends during unwin
 }
 
 namespace {
+// Touches 200 KiB of stack page by page from the top, as a deep call chain
+// would, so that running short of stack meets the guard page.
 [[gnu::noinline]] int use_200k() {
   volatile char big[200 * 1024];
-  big[0] = 1;
-  big[sizeof(big) - 1] = 2;
+  for (std::size_t i = sizeof(big); i >= 1024; i -= 1024) big[i - 1] = 1;
+  big[0] = 2;
   return big[0] + big[sizeof(big) - 1];
 }
 } // namespace
