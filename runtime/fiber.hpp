@@ -63,7 +63,7 @@ struct Fiber {
   bool recyclable = false;      // a kRecordBytes block (record_cache.hpp)
   std::atomic<bool> context_saved{true}; // false while switching out after being queued
   std::atomic<FiberState> state{FiberState::runnable};
-  EhState eh;                   // the C++ exception state while switched out (eh_state.hpp)
+  CarriedState carried;         // exception state and errno while switched out (eh_state.hpp)
   [[no_unique_address]] SanitizerState san; // empty in normal builds
   // --- lifetime and join ---
   std::atomic<int> refs{1};

@@ -6,7 +6,7 @@
 //   callable, of a result and exception nobody will collect, a child run
 //   inline — runs while its PU publishes that code's cookie.
 //
-// So user code runs in exactly one function, run_user_code(), which returns
+// So user code runs in exactly one function, run_to_completion(), which returns
 // only when nothing of the fiber's user state is left for the runtime to
 // destroy; the worker picks what runs next only after it. The one other way
 // back into user code without a pick — a joiner resuming after its child ran
@@ -59,23 +59,24 @@ void Worker::wait_for_stack(Fiber* f) {
 
 // ---------------------------------------------------------------- user code
 
-// The only place a fiber's user code runs. Task::run() calls the callable and
-// destroys it; a result or exception that no handle will collect is destroyed
-// here too, before the fiber is marked done (after that a handle that is
-// dropped destroys it in its owner's context, which owns it then).
-void Worker::run_user_code(Fiber* f) noexcept {
+// The only place a fiber's user code runs, and where its life as a fiber
+// ends. Task::run() calls the callable and destroys it; a result or exception
+// that no handle will collect is destroyed here too, under the fiber's
+// cookie, before the fiber is marked done (a handle dropped after that
+// destroys it in its owner's context: release_task). Only then is the joiner
+// woken, and only after this returns does the worker pick anything else.
+// Static: the fiber may have migrated in any of it, so no worker is cached.
+void Worker::run_to_completion(Fiber* f) noexcept {
   f->task()->run();
   f->join_lock.lock();
-  const bool discard = f->handle_gone;
-  f->join_lock.unlock();
-  // handle_gone never goes back to false, and the handle is gone: nobody can
-  // set `done` or read the result meanwhile.
-  if (discard) f->task()->discard_result();
-}
-
-void Worker::finish(Fiber* f) {
+  if (f->handle_gone) {
+    // handle_gone never goes back to false, and with the handle gone nobody
+    // can read the result or wait for `done` meanwhile.
+    f->join_lock.unlock();
+    f->task()->discard_result();
+    f->join_lock.lock();
+  }
   f->state.store(FiberState::done, std::memory_order_relaxed);
-  f->join_lock.lock();
   f->done.store(1, std::memory_order_release);
   Fiber* joiner = std::exchange(f->joiner, nullptr);
   const bool thread_waits = f->thread_joiner;
@@ -95,16 +96,14 @@ void Worker::fiber_main(ctx::transfer_t t) {
 void Worker::fiber_loop() {
   for (;;) {
     Fiber* f = Worker::current()->current_;
-    run_user_code(f);
+    run_to_completion(f);
     Worker* w = Worker::current(); // the fiber may have migrated
-    w->finish(f);
     const Pick p = w->pick();
     Fiber* next = p.kind == Pick::Kind::run ? p.fiber : &w->idle_ctx_;
     if (next->fresh && next->stack_size == f->stack.size) {
       next->fresh = false;
       next->stack = std::exchange(f->stack, Stack{});
       san::hand_over_stack(*f, *next);
-      *w->eh_ = EhState{}; // a fresh fiber starts outside every catch block
       w->prev_ = f;
       w->after_ = After::retire;
       w->current_ = next;
@@ -155,9 +154,8 @@ bool Worker::run_inline(Fiber* f) {
   f->stack = parent->stack; // borrowed: named in a stack overflow report, never freed by the child
   current_ = f;
   begin_run(f);
-  run_user_code(f);
+  run_to_completion(f);
   Worker* w = Worker::current(); // the child may have migrated, and the parent with it
-  w->finish(f);
   f->stack = Stack{};
   w->current_ = parent;
   w->running_id.store(parent->id, std::memory_order_relaxed);
@@ -165,8 +163,9 @@ bool Worker::run_inline(Fiber* f) {
     w->trace_run(parent);
   parent->state.store(FiberState::running, std::memory_order_relaxed);
   parent->last_worker = w->pu_.index;
-  release_fiber(f); // the runtime's part only: its user state went in run_user_code
+  release_fiber(f); // the runtime's part only: its user state went in run_to_completion
   w->count_retired();
+  w->save_errno();
   w->publish_running(); // the child may have changed its cookie
   return true;
 }
@@ -176,6 +175,7 @@ bool Worker::run_inline(Fiber* f) {
 void Worker::set_cookie(std::uint64_t cookie) {
   Fiber* self = current_;
   if (self->cookie == cookie) return;
+  save_errno();
   core_.lock().lock();
   self->cookie = cookie; // under the lock: pickers compare it with what siblings publish
   core_.lock().unlock();
@@ -191,9 +191,10 @@ void Worker::publish_running() {
   core_.lock().unlock();
   wakes.notify();
   if (!ok) {
-    yield(); // a sibling runs another cookie: resume only where this one may run
+    reschedule(); // a sibling runs another cookie: resume only where this one may run
     return;
   }
+  restore_errno(); // the wake-ups made system calls
   check_isolation(self);
   const std::uint64_t now = now_ns();
   close_segment(now);

@@ -21,7 +21,7 @@
 namespace coresched::detail {
 
 /// The size of a recyclable record. Larger ones come from and go to malloc.
-inline constexpr std::size_t kRecordBytes = 192; // a 128-byte control block and a 64-byte task
+inline constexpr std::size_t kRecordBytes = 208; // a 144-byte control block and a 64-byte task
 
 /// A chain of free records linked through their first word.
 struct RecordChain {

@@ -64,13 +64,17 @@ void join_task(Task* t) {
 }
 
 // The handle goes (detach, or after join). If the fiber has not finished, it
-// will destroy its own result under its own cookie (Worker::run_user_code);
-// if it has, the result is the handle owner's, destroyed here.
+// will destroy its own result under its own cookie (Worker::run_to_completion);
+// if it has, the result is the handle owner's and is destroyed here, in the
+// owner's context — never by whoever frees the record last, which may be the
+// fiber's worker running another fiber by then.
 void release_task(Task* t) noexcept {
   Fiber* f = Fiber::of(t);
   f->join_lock.lock();
-  if (!f->done.load(std::memory_order_relaxed)) f->handle_gone = true;
+  const bool finished = f->done.load(std::memory_order_relaxed) != 0;
+  if (!finished) f->handle_gone = true;
   f->join_lock.unlock();
+  if (finished) t->discard_result();
   release_fiber(f);
 }
 

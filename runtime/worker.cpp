@@ -105,7 +105,7 @@ void Worker::thread_main() {
   tls_worker = this;
   tls_preempt = &sibling().preempt;
   current_ = &idle_ctx_;
-  eh_ = thread_eh_state();
+  thread_state_ = ThreadState::of_this_thread();
   san::adopt_thread(idle_ctx_);
   bind_to_cpu();
   try {
@@ -198,11 +198,10 @@ void Worker::switch_to(Fiber* next, After after) {
   jump(*prev_, *next, after == After::retire);
 }
 
-// The one fiber-to-fiber jump. The thread's C++ exception state goes with the
-// fiber that owns it (eh_state.hpp); the sanitizers are told about the stacks.
+// The one fiber-to-fiber jump. The thread's exception state and errno go with
+// the fiber that owns them (eh_state.hpp); the sanitizers are told about the stacks.
 void Worker::jump(Fiber& from, Fiber& to, bool from_ends) {
-  from.eh = *eh_;
-  *eh_ = to.eh;
+  thread_state_.save(from.carried);
   san::before_switch(from, to, from_ends);
   ctx::transfer_t t = ctx::jump_fcontext(to.context, nullptr);
   // We may now be on another worker's thread: re-read it.
@@ -237,6 +236,7 @@ void Worker::after_resume(ctx::fcontext_t from) {
     break;
   }
   after_ = After::none;
+  thread_state_.load(current_->carried); // last: nothing after this may make a system call
 }
 
 // The owner-only queue may hold fibers only while no other worker could run
@@ -312,6 +312,11 @@ Pick Worker::pick() {
 // ---------------------------------------------------------------- fiber calls
 
 void Worker::yield() {
+  save_errno();
+  reschedule();
+}
+
+void Worker::reschedule() {
   Fiber* self = current_;
   if (local_ok(self)) {
     // Single-PU fast path: nothing shared to look at, nobody idle to share with.
@@ -352,12 +357,14 @@ void Worker::yield() {
     self->state.store(FiberState::running, std::memory_order_relaxed);
     switches.store(switches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     check_isolation(self); // it republished its cookie under the lock
+    restore_errno();          // poll_io and the wake-ups made system calls
     return;
   }
   switch_to(p.kind == Pick::Kind::run ? p.fiber : &idle_ctx_, After::requeue);
 }
 
 void Worker::park() {
+  save_errno();
   const Pick p = pick();
   switch_to(p.kind == Pick::Kind::run ? p.fiber : &idle_ctx_, After::park);
 }

@@ -82,6 +82,13 @@ public:
 
   // ---- called on the running fiber ----
   void yield();
+  /// yield() without saving errno first (the caller saved it).
+  void reschedule();
+  /// errno is the fiber's own across every suspension: saved where a
+  /// suspension begins, before the runtime's own system calls, and loaded
+  /// when the fiber resumes (after_resume) or returns without a switch.
+  void save_errno() noexcept { current_->carried.err = *thread_state_.err; }
+  void restore_errno() noexcept { *thread_state_.err = current_->carried.err; }
   /// Suspends the running fiber; its state must already be `parking`.
   void park();
   /// Runs `f`, which the running fiber is about to join, right here if it has
@@ -147,11 +154,10 @@ private:
   void after_resume(ctx::fcontext_t from);
   bool give_stack(Fiber* f) noexcept;
   void wait_for_stack(Fiber* f);
-  static void run_user_code(Fiber* f) noexcept;
+  static void run_to_completion(Fiber* f) noexcept;
   bool may_run_inline(const Fiber* parent, const Fiber* child) const noexcept;
   void begin_run(Fiber* f);
   void check_isolation(const Fiber* f);
-  void finish(Fiber* f);
   Pick pick();
   [[noreturn]] static void fiber_main(ctx::transfer_t t);
   [[noreturn]] static void fiber_loop();
@@ -192,7 +198,7 @@ private:
   bool push_local(Fiber* f);
 
   Fiber idle_ctx_;
-  EhState* eh_ = nullptr;     // this thread's C++ exception state (eh_state.hpp)
+  ThreadState thread_state_;   // this thread's exception state and errno (eh_state.hpp)
   bool stack_starved_ = false; // a fiber could not get a stack: the idle loop backs off
   Fiber* current_ = nullptr;
   Fiber* prev_ = nullptr;
