@@ -120,8 +120,8 @@ void Worker::fiber_loop() {
 
 // A child runs inline on its joiner's frame only where nothing observable
 // differs from running it on its own: the same cookie (the PU already
-// publishes it), no more stack than the joiner's (it shares that stack), and
-// the joiner's pin (if the child blocks, the joiner's frame goes wherever the
+// publishes it), no more stack than the joiner's (it shares that stack), its
+// own exception state and errno (run_inline swaps them), and the joiner's pin (if the child blocks, the joiner's frame goes wherever the
 // child resumes). An unpinned child of a pinned joiner is pinned with it for
 // that run: it may run anywhere, so here is fine.
 bool Worker::may_run_inline(const Fiber* parent, const Fiber* child) const noexcept {
@@ -152,10 +152,16 @@ bool Worker::run_inline(Fiber* f) {
   f->fresh = false;
   san::borrow_stack(*parent, *f);
   f->stack = parent->stack; // borrowed: named in a stack overflow report, never freed by the child
+  // The child starts as on a stack of its own: outside the joiner's catch
+  // blocks and unwinding, and the joiner gets its own state back after.
+  save_errno();
+  thread_state_.save(parent->carried);
+  thread_state_.load(CarriedState{});
   current_ = f;
   begin_run(f);
   run_to_completion(f);
   Worker* w = Worker::current(); // the child may have migrated, and the parent with it
+  w->thread_state_.load(parent->carried);
   f->stack = Stack{};
   w->current_ = parent;
   w->running_id.store(parent->id, std::memory_order_relaxed);
@@ -165,7 +171,6 @@ bool Worker::run_inline(Fiber* f) {
   parent->last_worker = w->pu_.index;
   release_fiber(f); // the runtime's part only: its user state went in run_to_completion
   w->count_retired();
-  w->save_errno();
   w->publish_running(); // the child may have changed its cookie
   return true;
 }
