@@ -52,6 +52,8 @@ struct ThreadState {
     s.caught = eh->caught;
     s.uncaught = eh->uncaught;
   }
+  /// Whether the thread is inside a catch block or unwinding.
+  bool handling() const noexcept { return eh->caught != nullptr || eh->uncaught != 0; }
   /// From the fiber arriving: after the runtime's last system call on its way
   /// back to user code (a wake-up's eventfd write would overwrite errno).
   void load(const CarriedState& s) const noexcept {

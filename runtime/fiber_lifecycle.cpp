@@ -155,13 +155,19 @@ bool Worker::run_inline(Fiber* f) {
   // The child starts as on a stack of its own: outside the joiner's catch
   // blocks and unwinding, and the joiner gets its own state back after.
   save_errno();
-  thread_state_.save(parent->carried);
-  thread_state_.load(CarriedState{});
+  const bool handling = thread_state_.handling(); // rarely: then swap the exception state too
+  if (handling) [[unlikely]] {
+    thread_state_.save(parent->carried);
+    thread_state_.load(CarriedState{});
+  }
   current_ = f;
   begin_run(f);
   run_to_completion(f);
   Worker* w = Worker::current(); // the child may have migrated, and the parent with it
-  w->thread_state_.load(parent->carried);
+  if (handling) [[unlikely]]
+    w->thread_state_.load(parent->carried);
+  else
+    w->restore_errno_of(parent);
   f->stack = Stack{};
   w->current_ = parent;
   w->running_id.store(parent->id, std::memory_order_relaxed);
@@ -171,7 +177,8 @@ bool Worker::run_inline(Fiber* f) {
   parent->last_worker = w->pu_.index;
   release_fiber(f); // the runtime's part only: its user state went in run_to_completion
   w->count_retired();
-  w->publish_running(); // the child may have changed its cookie
+  if (w->sib_->running.load(std::memory_order_relaxed) != parent->cookie)
+    w->publish_running(); // the child changed its cookie
   return true;
 }
 

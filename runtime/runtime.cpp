@@ -70,13 +70,18 @@ void join_task(Task* t) {
 // fiber's worker running another fiber by then.
 void release_task(Task* t) noexcept {
   Fiber* f = Fiber::of(t);
-  f->join_lock.lock();
-  const bool finished = f->done.load(std::memory_order_relaxed) != 0;
-  if (!finished) f->handle_gone = true;
-  f->join_lock.unlock();
+  bool finished = f->done.load(std::memory_order_acquire) != 0; // `done` never goes back: no lock after join
+  if (!finished) {
+    f->join_lock.lock();
+    finished = f->done.load(std::memory_order_relaxed) != 0;
+    if (!finished) f->handle_gone = true;
+    f->join_lock.unlock();
+  }
   if (finished) t->discard_result();
   release_fiber(f);
 }
+
+void release_joined(Task* t) noexcept { release_fiber(Fiber::of(t)); }
 
 std::uint64_t task_fiber_id(const Task* t) noexcept { return Fiber::of(t)->id; }
 

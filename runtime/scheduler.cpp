@@ -34,6 +34,7 @@ Scheduler::Scheduler(Options options, Runtime* owner)
   stall_ns_ = static_cast<std::uint64_t>(std::chrono::nanoseconds(options_.stall_threshold).count());
   slice_ns_ = static_cast<std::uint64_t>(std::chrono::nanoseconds(options_.slice).count());
   options_.topology = topology_.spec();
+  default_stack_ = round_to_pages(options_.stack_size);
   trace_ = Trace::from_options(options_.trace_path, topology_.pus().size());
   const CoreConfig cfg{options_.policy,
                        static_cast<std::uint64_t>(std::chrono::nanoseconds(options_.slice).count()) / 2};
@@ -146,7 +147,7 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
   f->owner = this;
   f->id = mine ? here->new_fiber_id() : new_fiber_ids(1);
   f->cookie = opts.cookie ? opts.cookie->value() : local ? here->running()->cookie : 0;
-  f->stack_size = round_to_pages(opts.stack_size ? *opts.stack_size : options_.stack_size);
+  f->stack_size = opts.stack_size ? round_to_pages(*opts.stack_size) : default_stack_;
   f->pinned = opts.pin_to_pu ? static_cast<int>(*opts.pin_to_pu) : kNotPinned;
   f->refs.store(opts.detached ? 1 : 2, std::memory_order_relaxed);
   f->handle_gone = opts.detached;

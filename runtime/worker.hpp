@@ -89,6 +89,7 @@ public:
   /// when the fiber resumes (after_resume) or returns without a switch.
   void save_errno() noexcept { current_->carried.err = *thread_state_.err; }
   void restore_errno() noexcept { *thread_state_.err = current_->carried.err; }
+  void restore_errno_of(const Fiber* f) noexcept { *thread_state_.err = f->carried.err; }
   /// Suspends the running fiber; its state must already be `parking`.
   void park();
   /// Runs `f`, which the running fiber is about to join, right here if it has

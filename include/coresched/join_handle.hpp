@@ -105,8 +105,12 @@ Task* spawn_task(Scheduler* sched, const SpawnOptions& opts, std::size_t task_si
                  std::size_t task_align, void (*construct)(void* where, void* arg), void* arg);
 /// Blocks the calling fiber (or thread) until the task's fiber has finished.
 void join_task(Task* t);
-/// Drops the handle's reference; the fiber's memory goes when it has finished too.
+/// Drops the handle's reference; the fiber's memory goes when it has finished
+/// too. A result or exception still stored is destroyed first, here if the
+/// fiber has finished, or by the fiber itself when it does.
 void release_task(Task* t) noexcept;
+/// Drops the reference of a handle that joined and emptied the task itself.
+void release_joined(Task* t) noexcept;
 /// The fiber id of a task.
 std::uint64_t task_fiber_id(const Task* t) noexcept;
 
@@ -160,11 +164,16 @@ public:
     if (!task_) throw UsageError("coresched: join() on a handle that is not joinable (already joined or detached)");
     detail::join_task(task_);
     auto* t = std::exchange(task_, nullptr);
-    struct Release { detail::Task* t; ~Release() { detail::release_task(t); } } guard{t};
-    // Take the exception out: the fiber's memory may be freed by its worker,
-    // and the exception's last reference should not go with it to that thread.
+    struct Release { detail::Task* t; ~Release() { detail::release_joined(t); } } guard{t};
+    // Take everything out, here in the joiner: the record's last reference
+    // may be dropped by the fiber's worker while it runs another fiber, and
+    // no destructor of the result or the exception may run there.
     if (t->error) std::rethrow_exception(std::exchange(t->error, nullptr));
-    if constexpr (!std::is_void_v<T>) return std::move(*t->result);
+    if constexpr (!std::is_void_v<T>) {
+      T out = std::move(*t->result);
+      t->result.reset();
+      return out;
+    }
   }
 
   /// Lets the fiber run on its own; its result or exception is discarded and
