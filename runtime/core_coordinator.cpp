@@ -52,14 +52,40 @@ void CoreCoordinator::count_queued(std::uint64_t cookie, int delta) {
   queued_.store(queued_.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
   if (single_pu()) return;
   CookieEntry& e = entry(cookie);
-  if (delta > 0 && e.runnable == 0 && cookie != owner_) {
-    // A cookie coming (back) to the core is placed at the floor, as CFS places
-    // a waking task: old history neither starves it nor lets it starve others.
-    e.fresh = true;
-    e.vruntime = std::max(e.vruntime, min_vruntime_);
-    e.waited = 0;
-  }
+  if (delta > 0 && e.runnable == 0 && cookie != owner_) arrive(e);
   e.runnable = static_cast<std::size_t>(static_cast<long>(e.runnable) + delta);
+}
+
+// A cookie coming (back) to the core is placed at the floor, as CFS places a
+// waking task: old history neither starves it nor lets it starve others.
+//
+// The floor must be today's. While one cookie runs alone no pick reads the
+// clock (choose_cookie's single-candidate shortcut, and a same-cookie start),
+// so the owner's vruntime and min_vruntime_ are as old as the last
+// checkpoint: seconds, after a long solo run. A newcomer placed at that stale
+// floor was as far behind the owner as the solo run was long, and the owner
+// then got none of the core for as long (cookie A alone for T, then B: A
+// starved for T). So an arrival beside an owner first brings the books up to
+// date: one clock read, on this rare path only; a single cookie's yields,
+// wake-ups and picks still read none. The kernel fixed the same class of bug
+// in c6047c2e3af6 ("sched/fair: Snapshot the min_vruntime of CPUs on force
+// idle"). Without an owner the books are current: prepare_sleep_locked
+// checkpointed when the core went idle, and nothing accrues without one.
+//
+// forceidle_balance: the checkpoint also ends the span the other runnable
+// cookies waited so far, so the newcomer's `waited` (0: level with the owner)
+// counts from its arrival exactly. (A `fresh` flag used to skip its first,
+// stale span instead, which also dropped the wait between its arrival and the
+// next checkpoint.)
+void CoreCoordinator::arrive(CookieEntry& e) {
+  if (owner_ != kNoCookie) checkpoint(cfg_.clock());
+  place(e);
+}
+
+// Call with the books current (after a checkpoint, or with no owner).
+void CoreCoordinator::place(CookieEntry& e) {
+  e.vruntime = std::max(e.vruntime, min_vruntime_);
+  e.waited = 0;
 }
 
 std::uint64_t CoreCoordinator::other_running(unsigned s) const noexcept {
@@ -122,10 +148,9 @@ void CoreCoordinator::checkpoint(std::uint64_t now) {
       const std::uint64_t owned = now - owner_since_;
       e.vruntime += owned;
       owned_ns_[owner_] += owned;
-    } else if (e.runnable && !e.fresh && owner_ != kNoCookie) {
-      e.waited += span;
+    } else if (e.runnable && owner_ != kNoCookie) {
+      e.waited += span; // runnable since the last checkpoint at least: see arrive()
     }
-    e.fresh = false;
   }
   owner_since_ = now;
   last_checkpoint_ = now;
@@ -326,6 +351,14 @@ bool CoreCoordinator::change_running_cookie_locked(unsigned s, std::uint64_t coo
   siblings_[s]->running.store(cookie, std::memory_order_release);
   if (!single_pu() && cookie != owner_) {
     checkpoint(cfg_.clock());
+    // The fiber brings its new cookie to the core without queueing it, so
+    // count_queued never sees it arrive: place it here as any arrival, or a
+    // vruntime left from a visit long ago is credit against every cookie
+    // that ran since (found by the simulation: set_cookie into a cookie that
+    // had been away for seconds starved the fiber's old cookie while the
+    // new one ran). A cookie with fibers queued here is on the books already.
+    CookieEntry& e = entry(cookie);
+    if (e.runnable == 0) place(e);
     set_owner(cookie);
     wake_sleepers(wakes, s, true);
   }
@@ -337,6 +370,16 @@ void CoreCoordinator::prepare_sleep_locked(unsigned s) {
   if (single_pu() || owner_ == kNoCookie) return;
   for (auto& o : siblings_)
     if (o->running.load(std::memory_order_relaxed) != kNoCookie) return;
+  // A hand-over is in flight: pick_locked gave the core to a cookie queued
+  // only for a sibling it woke (pinned there), and that sibling has not run
+  // yet. Keep the owner, or the woken sibling chooses afresh, without the
+  // hysteresis of a current owner: the owner just charged for the wake-up
+  // is no longer lowest, the core goes to a cookie pinned back here, this
+  // sibling is woken to hand over again, and so on. Found by the simulation
+  // (tests/sim/, many cookies, some pinned): two siblings woke each other
+  // for ever and no fiber ran.
+  for (auto& e : cookies_)
+    if (e.cookie == owner_ && e.runnable > 0) return;
   // The whole core idles: stop charging its last cookie for the idle time.
   checkpoint(cfg_.clock());
   owner_ = kNoCookie;

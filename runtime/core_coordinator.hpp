@@ -147,10 +147,11 @@ private:
     std::uint64_t vruntime = 0;  // core-wide: wall time this cookie owned the core
     std::int64_t waited = 0;     // time it was runnable while another cookie owned the core,
                                  // relative to the current owner (which sits at 0)
-    bool fresh = true;           // became runnable since the last checkpoint
   };
   CookieEntry& entry(std::uint64_t cookie);
   void count_queued(std::uint64_t cookie, int delta);
+  void arrive(CookieEntry& e);
+  void place(CookieEntry& e);
   std::uint64_t other_running(unsigned s) const noexcept;
   bool choose_cookie(std::uint64_t running, std::uint64_t& out);
   bool prefer(const CookieEntry& a, const CookieEntry& b) const noexcept;

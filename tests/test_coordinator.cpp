@@ -12,10 +12,14 @@ using namespace coresched::detail;
 using Kind = Pick::Kind;
 
 namespace {
+// A clock the tests move by hand (CoreConfig::clock).
+std::uint64_t fake_now = 1'000'000'000;
+std::uint64_t fake_clock() noexcept { return fake_now; }
+
 struct Core {
   explicit Core(unsigned n, coresched::FairnessPolicy policy = coresched::FairnessPolicy::core_vruntime,
-                std::uint64_t gran = 500'000)
-      : c(0, workers(n), CoreConfig{policy, gran}) {}
+                std::uint64_t gran = 500'000, ClockFn clock = now_ns)
+      : c(0, workers(n), CoreConfig{policy, gran, clock}) {}
   static std::vector<unsigned> workers(unsigned n) {
     std::vector<unsigned> w;
     for (unsigned i = 0; i < n; ++i) w.push_back(i);
@@ -157,4 +161,105 @@ TEST_CASE("a steal takes half the queue, one cookie, never a pinned fiber", "[co
   CHECK(core.c.steal_locked(1, false, out, 32) == 0);
   CHECK(core.c.steal_locked(2, false, out, 32) == 1);
   CHECK(out[0] == &f[6]);
+}
+
+// ---- regressions, on a clock moved by hand (tests/sim/ found or checks them at scale) ----
+
+namespace {
+using coresched::FairnessPolicy;
+constexpr std::uint64_t kMs = 1'000'000;
+
+// Cookie 5 runs alone on both siblings for 2 s, yielding (single-cookie
+// picks read no clock); then cookie 6 arrives.
+struct LateArrival {
+  explicit LateArrival(FairnessPolicy policy) : core(2, policy, kMs / 2, fake_clock), f(3) {
+    core.add(0, fiber(f, 0, 5));
+    core.add(1, fiber(f, 1, 5));
+    REQUIRE(core.pick(0).fiber == &f[0]);
+    REQUIRE(core.pick(1).fiber == &f[1]);
+    for (int i = 0; i < 2000; ++i) { // 2 s of 1 ms slices
+      fake_now += kMs;
+      yield(i % 2);
+    }
+    core.add(0, fiber(f, 2, 6));
+  }
+  Pick yield(unsigned s) {
+    core.c.requeue_locked(s, &f[s]);
+    return core.pick(s);
+  }
+  Core core;
+  std::vector<Fiber> f;
+};
+} // namespace
+
+TEST_CASE("a cookie arriving after a long solo run is placed level with the owner", "[coordinator]") {
+  // Placed at the stale floor it was 2 s behind, due at once, and the owner
+  // then got nothing for 2 s.
+  LateArrival t(FairnessPolicy::core_vruntime);
+  fake_now += kMs / 10;
+  const Pick early = t.yield(0);
+  CHECK(early.kind == Kind::run); // not ahead by the granularity yet: cookie 5 keeps the core
+  CHECK(early.fiber == &t.f[0]);
+  fake_now += kMs / 2;
+  const Pick due = t.yield(0);
+  CHECK(due.kind == Kind::forced_idle); // now it is: sibling 1 is asked to stop
+  CHECK(due.wanted == 6);
+  CHECK(t.core.c.sibling(1).preempt.load());
+}
+
+TEST_CASE("forced-idle balance counts an arrival's wait from its arrival", "[coordinator]") {
+  // A `fresh` flag skipped the first span after an arrival, so the wait
+  // before the first pick after it was lost: the arrival was due later.
+  LateArrival t(FairnessPolicy::forceidle_balance);
+  fake_now += 3 * kMs / 10;
+  CHECK(t.yield(0).fiber == &t.f[0]); // waited 0.3 ms: not due
+  fake_now += 3 * kMs / 10;
+  const Pick due = t.yield(0); // waited 0.6 ms > the granularity
+  CHECK(due.kind == Kind::forced_idle);
+  CHECK(due.wanted == 6);
+}
+
+TEST_CASE("a hand-over to a pinned cookie survives the handing sibling going to sleep", "[coordinator]") {
+  // Sleeping, the handing sibling reset the owner; the woken one chose afresh
+  // (the owner had been charged for the wake-up), handed the core back to a
+  // cookie pinned to the sleeper, and the two woke each other for ever.
+  Core core(2, FairnessPolicy::core_vruntime, kMs / 2, fake_clock);
+  std::vector<Fiber> f(2);
+  core.c.prepare_sleep_locked(1);
+  core.add(1, fiber(f, 0, 7, 1)); // wakes sibling 1
+  core.add(0, fiber(f, 1, 8, 0));
+  const Pick hand = core.pick(0);
+  REQUIRE(hand.kind == Kind::forced_idle); // 7 is due, but only sibling 1 may run it
+  REQUIRE(hand.blocker == 7);
+  fake_now += 3'000; // spins, then sleeps
+  REQUIRE(core.pick(0).kind == Kind::forced_idle);
+  core.c.prepare_sleep_locked(0);
+  fake_now += 50'000; // sibling 1's wake-up
+  const Pick run = core.pick(1);
+  REQUIRE(run.kind == Kind::run);
+  CHECK(run.fiber == &f[0]);
+}
+
+TEST_CASE("set_cookie into a long-absent cookie places it at the floor", "[coordinator]") {
+  // The fiber brings the cookie without queueing it; its vruntime from a
+  // visit 2 s ago was credit that kept it on the core for 2 s.
+  Core core(2, FairnessPolicy::core_vruntime, kMs / 2, fake_clock);
+  std::vector<Fiber> f(3);
+  core.add(0, fiber(f, 0, 9));
+  REQUIRE(core.pick(0).fiber == &f[0]); // cookie 9 for 1 s, then it leaves
+  fake_now += 1000 * kMs;
+  REQUIRE(core.pick(0).kind == Kind::idle);
+  core.c.prepare_sleep_locked(0);
+  core.add(0, fiber(f, 1, 5)); // cookie 5 for 2 s
+  REQUIRE(core.pick(0).fiber == &f[1]);
+  fake_now += 2000 * kMs;
+  WakeList w;
+  REQUIRE(core.c.change_running_cookie_locked(0, 9, w)); // alone: granted at once
+  f[1].cookie = 9;
+  core.add(1, fiber(f, 2, 5)); // cookie 5 has work again
+  fake_now += 6 * kMs / 10;
+  const Pick p = core.pick(1);
+  CHECK(p.kind == Kind::forced_idle);
+  CHECK(p.wanted == 5);
+  CHECK(core.c.sibling(0).preempt.load()); // 9 has had its granularity: 5 is due
 }

@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: Apache-2.0
+// A deterministic discrete-event simulation of one core: the REAL
+// CoreCoordinator, driven on a simulated clock (CoreConfig::clock) by models
+// of what the workers (runtime/worker.cpp) and the slice ticker
+// (Scheduler::tick) do around it. Fake fibers are plain detail::Fiber records;
+// "running" one means only that simulated time passes until its next
+// scheduling point.
+//
+// What is modelled, and what is not:
+// - A running fiber reaches its next preempt_point() a random latency after
+//   its sibling's preempt flag is set (uniform over its own gap between
+//   preempt points), and then yields: requeue_locked + pick_locked, as
+//   Worker::yield. It parks (pick_locked, then a timer re-enqueues it, as
+//   Scheduler::place), finishes (pick_locked), or calls set_cookie
+//   (change_running_cookie_locked; yields if refused) at random times.
+// - The ticker runs every slice/4 with Scheduler::tick's rule: a busy
+//   sibling that has not switched for 4 ticks, or 2 while a sibling of the
+//   core is forced idle, gets its preempt flag.
+// - Idle siblings follow Worker::find_work: re-pick while spinning (16
+//   rounds, 256 while holding a spinner slot, at most half the idle PUs),
+//   then sleep_once (pick, prepare_sleep_locked); a sibling whose wake word
+//   the coordinator bumped (WakeList::notify) wakes after a random latency.
+//   Spin rounds are batched (kRoundsPerStep picks' worth of time per re-pick):
+//   nothing on the core changes between two events anyway. A sibling that
+//   found work while more stays queued wakes a sleeping one
+//   (Scheduler::wake_helper).
+// - Every lock section is instantaneous and they are serialised, as the core
+//   lock makes them.
+// - Not modelled: other cores (no stealing, no placement index: a woken fiber
+//   goes to its pinned PU, its last PU or a random one), I/O, spawns from
+//   fibers, run_inline joins, stall reports.
+#pragma once
+
+#include "core_coordinator.hpp"
+
+#include <coresched/options.hpp>
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <queue>
+#include <string>
+#include <vector>
+
+namespace sim {
+
+using namespace coresched::detail;
+using coresched::FairnessPolicy;
+
+/// splitmix64: small, fast, and the same sequence on every standard library.
+class Rng {
+public:
+  explicit Rng(std::uint64_t seed) : s_(seed) {}
+  std::uint64_t next() noexcept {
+    std::uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  /// Uniform in [lo, hi].
+  std::uint64_t range(std::uint64_t lo, std::uint64_t hi) noexcept { return lo + next() % (hi - lo + 1); }
+  bool chance(double p) noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53 < p; }
+  /// Exponentially distributed with the given mean, at least 1.
+  std::uint64_t exp(std::uint64_t mean) noexcept;
+
+private:
+  std::uint64_t s_;
+};
+
+inline constexpr std::uint64_t kUs = 1'000;
+inline constexpr std::uint64_t kSlice = 1'000 * kUs; // Options::slice's default
+inline constexpr std::uint64_t kNever = ~std::uint64_t{0};
+inline constexpr std::size_t kMaxCookies = 64; // simulated cookies are 0 .. 63
+
+/// What a fake fiber does while it runs.
+struct FiberSpec {
+  std::uint64_t cookie = 1;
+  int pinned = kNotPinned;         // a sibling index
+  std::uint64_t pp_gap = 20 * kUs; // time between two of its preempt points (at most)
+  std::uint64_t run_mean = 0;      // > 0: parks after ~this much running ...
+  std::uint64_t sleep_mean = 0;    // ... for ~this long (a sleeper)
+  std::uint64_t storm_mean = 0;    // > 0: set_cookie every ~this much running ...
+  std::uint64_t storm_cookies = 0; // ... to one of cookies 1 .. storm_cookies
+};
+
+/// Per cookie, what the simulation saw.
+struct CookieLog {
+  std::uint64_t owned_ns = 0;       // time some sibling published it
+  std::uint64_t arrivals = 0;       // became runnable from absent
+  std::uint64_t max_arrival_ns = 0; // worst time from arrival to owning the core
+  std::uint64_t max_wait_ns = 0;    // worst stretch runnable (queued) but not owning the core
+};
+
+class CoreSim {
+public:
+  CoreSim(unsigned pus, FairnessPolicy policy, std::uint64_t seed);
+  ~CoreSim();
+
+  /// Adds a fiber that arrives (is enqueued) at `at`; returns its index.
+  int add(const FiberSpec& spec, std::uint64_t at);
+  /// The fiber finishes at its next scheduling point (queued: once it runs).
+  void depart(int fiber);
+  /// Simulates until `t`, or the first failure.
+  void run_until(std::uint64_t t);
+  /// Every fiber departs; true once all finished and every sibling sleeps, within `limit`.
+  bool drain(std::uint64_t limit);
+
+  std::uint64_t now() const noexcept;
+  /// Simulated time since the start.
+  std::uint64_t elapsed() const noexcept { return now() - t0_; }
+  bool failed() const noexcept { return !failure_.empty(); }
+  const std::string& failure() const noexcept { return failure_; }
+  void fail(const std::string& what);
+  void fail_bound(const std::string& what);
+
+  // ---- checks ----
+  /// (a): a cookie arriving beside one other must own the core within this
+  /// (kNever: unchecked): the granularity, a tick slice (1.25 slices) and two
+  /// preempt-point gaps of at most 0.1 slice each. Beside more cookies it may
+  /// wait further turns, at most `turn` each (granularity + a tick slice +
+  /// a gap + a wake-up): core_vruntime places it at the floor, level with the
+  /// most-behind cookie, which may go first (one turn); forceidle_balance
+  /// places it level with the owner, behind every cookie that waited longer
+  /// (a turn for each other cookie but the owner).
+  std::uint64_t arrival_bound = 2 * kSlice;
+  std::uint64_t turn = 5 * kSlice / 2;
+  /// A cookie with queued fibers must own the core within this.
+  std::uint64_t wait_bound = kNever;
+  /// (d): a queued fiber must run within this.
+  std::uint64_t fiber_bound = 100 * kSlice;
+  /// (d): the core may publish no cookie while fibers are queued for at most
+  /// this: a hand-over's wake-up, not a lost one.
+  std::uint64_t idle_bound = kSlice;
+  /// Per-slice ownership of cookies `a` and `b` from now on, for window checks.
+  void track_pair(std::uint64_t a, std::uint64_t b);
+  /// (b): over every window of `window` slices tracked so far, both shares in
+  /// 0.5 +- tol; stops tracking. Reports the worst share seen.
+  void check_pair_windows(std::size_t window, double tol, double& worst);
+  /// Forgets per-cookie logs (after a warm-up).
+  void reset_logs() noexcept;
+
+  const CookieLog& log(std::uint64_t cookie) const noexcept { return cookies_[cookie].log; }
+  CoreCoordinator& core() noexcept { return core_; }
+  std::uint64_t events() const noexcept { return events_; }
+  /// The longest any fiber stayed queued before it ran.
+  std::uint64_t max_fiber_wait() const noexcept { return max_fiber_wait_; }
+  std::size_t fibers() const noexcept { return fibers_.size(); }
+  bool done(int fiber) const noexcept { return fibers_[fiber].st == St::done; }
+
+private:
+  enum class St { pending, queued, running, parked, done };
+  struct SimFiber {
+    FiberSpec spec;
+    St st = St::pending;
+    std::uint64_t since = 0;      // queued or running since
+    std::uint64_t burst_left = 0; // sleeper: running left before it parks
+    std::uint64_t storm_left = 0; // storm: running left before its next set_cookie
+    bool leaving = false;
+  };
+  enum class PuSt { running, spinning, asleep, waking };
+  struct Pu {
+    PuSt st = PuSt::spinning;
+    int fiber = -1;
+    std::uint64_t next = 0;                             // its next event (idle steps, wake-up)
+    std::uint64_t notice_at = kNever, stop_at = kNever; // running: preempt noticed, voluntary stop
+    int rounds = 0;                                     // find_work's spin rounds
+    bool spinning = false, idle = false, forced = false;
+    std::uint32_t epoch = 0;                   // wake word when it went to sleep
+    std::uint64_t switches = 0, tick_seen = 0; // what the ticker reads
+    int ticks_same = 0;
+  };
+  struct CookieState {
+    int queued = 0, running = 0; // fibers, as the simulation sees them
+    std::uint64_t arrived = kNever, deadline = kNever, waiting_since = kNever;
+    CookieLog log;
+  };
+  struct Timer {
+    std::uint64_t at, seq;
+    int fiber;
+    bool operator>(const Timer& o) const noexcept { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+  struct Trace {
+    std::uint64_t t;
+    int pu, what, fiber;
+    std::uint64_t cookie;
+  };
+
+  // lock sections, as the worker runs them
+  void notify(WakeList& w);
+  Pick pick(unsigned s);
+  void place(int f);
+  void yield(unsigned s);
+  void stop(unsigned s, bool park);
+  void set_cookie(unsigned s);
+  void after_pick(unsigned s, const Pick& p);
+  void start(unsigned s, int f);
+  void find_work(unsigned s);
+  void wake_helper(unsigned from);
+  void pu_event(unsigned s);
+  void tick();
+  // bookkeeping
+  void queued(int f);
+  void unqueued(int f);
+  void set_running(int f, unsigned s);
+  void advance(std::uint64_t t);
+  void observe();
+  void check_fibers();
+  void schedule_notices();
+  void set_idle(unsigned s, bool on);
+  std::uint64_t wake_latency() noexcept;
+  std::uint64_t notice_latency(const SimFiber& f) noexcept;
+  void trace(unsigned pu, int what, int fiber);
+
+  Rng rng_;
+  CoreCoordinator core_;
+  unsigned n_;
+  FairnessPolicy policy_;
+  std::uint64_t t0_ = 0;      // when the simulation began
+  std::deque<Fiber> records_; // stable addresses; Fiber::id is the index
+  std::vector<SimFiber> fibers_;
+  std::array<Pu, kMaxPusPerCore> pus_{};
+  std::array<CookieState, kMaxCookies> cookies_{};
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
+  std::uint64_t timer_seq_ = 0, next_tick_ = 0, events_ = 0, max_fiber_wait_ = 0;
+  int queued_total_ = 0, idle_count_ = 0, spinners_ = 0;
+  std::uint64_t published_ = kNoCookie;
+  std::uint64_t idle_since_ = kNever; // no cookie published while fibers are queued, since
+  std::uint64_t pair_[2] = {kNoCookie, kNoCookie};
+  std::uint64_t pair_start_ = 0;
+  std::vector<std::array<std::uint32_t, 2>> pair_slices_;
+  std::array<Trace, 64> trace_{};
+  std::size_t trace_n_ = 0;
+  std::string failure_;
+  std::uint64_t event_burst_ = 0, burst_at_ = 0;
+};
+
+} // namespace sim

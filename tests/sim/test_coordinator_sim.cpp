@@ -1,0 +1,370 @@
+// SPDX-License-Identifier: Apache-2.0
+// Deterministic simulation of the REAL CoreCoordinator on a simulated clock
+// (sim_core.hpp says what is modelled). Every scenario runs under both
+// fairness policies, on 2-PU and 4-PU cores, with seeded random run lengths,
+// preempt-point gaps and wake-up latencies. Checked at every step or window:
+//   (a) a cookie that becomes runnable beside one other owns the core (some
+//       sibling publishes it) within 2 slices; beside more, within further
+//       turns (CoreSim::arrival_bound says how many). Not for a sleeper or a
+//       set_cookie coming back just after its turn: it owes the others its
+//       lead first; for those, every cookie with queued work owns the core
+//       within a turn of each cookie (CoreSim::wait_bound);
+//   (b) two cookies with equal demand each get 50 % +- 10 % of the core's
+//       owned time over every window of 20 slices;
+//   (c) at most one cookie is published across the core's siblings, and a
+//       sibling running a fiber publishes that fiber's cookie;
+//   (d) nothing is lost: the coordinator counts what was queued, every queued
+//       fiber runs within a bound, the core never idles for a slice with
+//       fibers queued, and at the end all fibers finish and the core sleeps.
+// CORESCHED_SIM_SEED overrides the base seed; CORESCHED_STRESS_SCALE scales
+// the repetitions (sanitizer builds run 0.2); CORESCHED_SIM_VERBOSE=1 prints
+// each run's worst latencies and shares; CORESCHED_SIM_POLICY=<name> runs one
+// policy only; CORESCHED_SIM_MEASURE=1 reports latency bounds instead of
+// failing on them (for tuning).
+#include "sim_core.hpp"
+#include "test_support.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+using namespace sim;
+
+namespace {
+
+struct Budget {
+  std::uint64_t scenarios = 0, runs = 0, slices = 0, events = 0;
+  double wall_s = 0;
+};
+Budget g_total;
+
+// Printed once at exit: what the closing note of a test run quotes.
+struct Summary {
+  ~Summary() {
+    if (g_total.runs)
+      std::printf("[sim] coordinator simulation: %llu scenarios x 2 policies x 2- and 4-PU cores, %llu runs, %llu "
+                  "simulated slices (%.0f s simulated), %llu events, %.2f s wall\n",
+                  static_cast<unsigned long long>(g_total.scenarios), static_cast<unsigned long long>(g_total.runs),
+                  static_cast<unsigned long long>(g_total.slices),
+                  static_cast<double>(g_total.slices) * static_cast<double>(kSlice) / 1e9,
+                  static_cast<unsigned long long>(g_total.events), g_total.wall_s);
+  }
+} g_summary;
+
+std::uint64_t base_seed() {
+  const char* s = std::getenv("CORESCHED_SIM_SEED");
+  return s ? std::strtoull(s, nullptr, 0) : 0x5eed'c0de'2024ull;
+}
+
+bool verbose() {
+  const char* s = std::getenv("CORESCHED_SIM_VERBOSE");
+  return s && *s == '1';
+}
+
+std::uint64_t mix(std::uint64_t a, std::uint64_t b) { return Rng(a ^ (b * 0x9e3779b97f4a7c15ull)).next(); }
+
+std::uint64_t hash(const char* s) {
+  std::uint64_t h = 1469598103934665603ull;
+  while (*s) h = (h ^ static_cast<unsigned char>(*s++)) * 1099511628211ull;
+  return h;
+}
+
+/// What a scenario reports besides pass/fail.
+struct Report {
+  double worst_share = 0.5;        // the lowest share in any checked window
+  std::uint64_t worst_arrival = 0; // ns
+  std::uint64_t worst_wait = 0;    // ns
+  std::uint64_t worst_fiber = 0;   // ns
+};
+
+FiberSpec busy(std::uint64_t cookie, Rng& rng, int pinned = kNotPinned) {
+  FiberSpec f;
+  f.cookie = cookie;
+  f.pinned = pinned;
+  // Preempt points 1-100 us apart: the bound in (a) is granularity + a tick
+  // slice (1.25 slices) + two preempt-point gaps.
+  f.pp_gap = rng.range(1, 100) * kUs;
+  return f;
+}
+
+std::vector<int> spawn(CoreSim& sim, Rng& rng, std::uint64_t cookie, int n, int pinned = kNotPinned) {
+  std::vector<int> ids;
+  for (int i = 0; i < n; ++i) ids.push_back(sim.add(busy(cookie, rng, pinned), sim.now() + rng.range(0, 20) * kUs));
+  return ids;
+}
+
+void depart_all(CoreSim& sim, const std::vector<int>& ids) {
+  for (int i : ids) sim.depart(i);
+}
+
+void run_for(CoreSim& sim, std::uint64_t ns) { sim.run_until(sim.now() + ns); }
+
+/// Runs until every fiber in `ids` finished (departed fibers finish at their next run).
+void settle(CoreSim& sim, const std::vector<int>& ids) {
+  for (int k = 0; k < 1000 && !sim.failed(); ++k) {
+    bool all = true;
+    for (int i : ids) all &= sim.done(i);
+    if (all) return;
+    run_for(sim, kSlice);
+  }
+  sim.fail("(d) departed fibers never finished");
+}
+
+/// Tracks A against B for `slices`, then checks (b) on every 20-slice window.
+void fair_pair(CoreSim& sim, Report& rep, std::uint64_t a, std::uint64_t b, std::uint64_t slices) {
+  sim.track_pair(a, b);
+  run_for(sim, slices * kSlice);
+  if (!sim.failed()) sim.check_pair_windows(20, 0.10, rep.worst_share);
+}
+
+void collect(CoreSim& sim, Report& rep) {
+  for (std::uint64_t c = 0; c < kMaxCookies; ++c) {
+    rep.worst_arrival = std::max(rep.worst_arrival, sim.log(c).max_arrival_ns);
+    rep.worst_wait = std::max(rep.worst_wait, sim.log(c).max_wait_ns);
+  }
+  rep.worst_fiber = sim.max_fiber_wait();
+}
+
+using Scenario = void (*)(CoreSim&, Rng&, unsigned pus, Report&);
+
+/// Runs `body` under both policies on 2- and 4-PU cores, `reps` seeds each.
+void simulate(const char* name, Scenario body, int reps) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Budget b;
+  const int n = std::max(1, static_cast<int>(reps * test_support::stress_scale() + 0.5));
+  const char* only = std::getenv("CORESCHED_SIM_POLICY");
+  for (auto policy : {FairnessPolicy::core_vruntime, FairnessPolicy::forceidle_balance}) {
+    if (only && std::string(only) != coresched::to_string(policy)) continue;
+    for (unsigned pus : {2u, 4u}) {
+      for (int r = 0; r < n; ++r) {
+        const std::uint64_t seed = mix(mix(mix(base_seed(), hash(name)), static_cast<std::uint64_t>(policy) * 8 + pus),
+                                       static_cast<std::uint64_t>(r));
+        CoreSim sim(pus, policy, seed);
+        Rng rng(~seed);
+        Report rep;
+        body(sim, rng, pus, rep);
+        if (!sim.failed()) sim.drain(2000 * kSlice);
+        collect(sim, rep);
+        b.runs += 1;
+        b.slices += sim.elapsed() / kSlice;
+        b.events += sim.events();
+        if (verbose())
+          std::printf("[sim] %s %s %u PUs run %d: worst share %.3f, worst arrival %.0f us, worst wait %.0f us, worst "
+                      "fiber wait %.0f us\n",
+                      name, coresched::to_string(policy), pus, r, rep.worst_share,
+                      static_cast<double>(rep.worst_arrival) / kUs, static_cast<double>(rep.worst_wait) / kUs,
+                      static_cast<double>(rep.worst_fiber) / kUs);
+        if (sim.failed()) {
+          char head[256];
+          std::snprintf(head, sizeof head,
+                        "scenario %s, policy %s, %u PUs, run %d, seed 0x%llx (base seed 0x%llx: "
+                        "CORESCHED_SIM_SEED=0x%llx reruns it)\n",
+                        name, coresched::to_string(policy), pus, r, static_cast<unsigned long long>(seed),
+                        static_cast<unsigned long long>(base_seed()), static_cast<unsigned long long>(base_seed()));
+          FAIL(head << sim.failure());
+        }
+      }
+    }
+  }
+  b.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("[sim] %s: %llu runs, %llu simulated slices, %llu events, %.2f s wall\n", name,
+              static_cast<unsigned long long>(b.runs), static_cast<unsigned long long>(b.slices),
+              static_cast<unsigned long long>(b.events), b.wall_s);
+  g_total.scenarios += 1;
+  g_total.runs += b.runs;
+  g_total.slices += b.slices;
+  g_total.events += b.events;
+  g_total.wall_s += b.wall_s;
+  CHECK(b.runs > 0);
+}
+
+// ---------------------------------------------------------------- scenarios
+
+// The user's report: cookie A runs alone for seconds, then B arrives. B must
+// own the core within 2 slices and the two must split it evenly from then on.
+void late_arrival(CoreSim& sim, Rng& rng, unsigned pus, Report& rep) {
+  const int n = rng.chance(0.5) ? 2 : static_cast<int>(pus); // two busy fibers, or one per PU
+  sim.wait_bound = 2 * sim.turn;
+  spawn(sim, rng, 1, n);
+  for (int cycle = 0; cycle < 3 && !sim.failed(); ++cycle) {
+    run_for(sim, rng.range(1000, 3000) * kSlice); // A alone, seconds
+    const auto b = spawn(sim, rng, 2, n);
+    fair_pair(sim, rep, 1, 2, 60);
+    depart_all(sim, b);
+    settle(sim, b);
+  }
+}
+
+// Cookies come and go: with two present the split is even, and each one that
+// comes back after an absence owns the core within the bound.
+void departures(CoreSim& sim, Rng& rng, unsigned pus, Report& rep) {
+  const int n = static_cast<int>(rng.range(1, pus));
+  sim.wait_bound = 3 * sim.turn;
+  std::vector<std::vector<int>> present(4);
+  present[1] = spawn(sim, rng, 1, n);
+  present[2] = spawn(sim, rng, 2, n);
+  for (int epoch = 0; epoch < 12 && !sim.failed(); ++epoch) {
+    std::vector<std::uint64_t> here;
+    for (std::uint64_t c = 1; c <= 3; ++c)
+      if (!present[c].empty()) here.push_back(c);
+    if (here.size() == 2)
+      fair_pair(sim, rep, here[0], here[1], rng.range(40, 200));
+    else
+      run_for(sim, rng.range(20, 500) * kSlice);
+    const std::uint64_t c = rng.range(1, 3);
+    if (present[c].empty()) {
+      present[c] = spawn(sim, rng, c, n);
+    } else {
+      depart_all(sim, present[c]);
+      settle(sim, present[c]);
+      present[c].clear();
+    }
+  }
+}
+
+// Fibers that run briefly and park for random times, woken by timers: the
+// core keeps changing hands; isolation, arrivals and progress are checked.
+void sleepers(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
+  const auto cookies = rng.range(2, 3);
+  // A sleeper that parked just after its turn comes back ahead in vruntime
+  // (or behind in waited) and owes the others that lead first: no (a) here,
+  // but no cookie waits longer than a turn of every cookie.
+  sim.arrival_bound = kNever;
+  sim.wait_bound = cookies * sim.turn;
+
+  for (std::uint64_t c = 1; c <= cookies; ++c) {
+    const auto fibers = rng.range(1, 2 * pus);
+    for (std::uint64_t i = 0; i < fibers; ++i) {
+      FiberSpec f = busy(c, rng, rng.chance(0.25) ? static_cast<int>(rng.range(0, pus - 1)) : kNotPinned);
+      f.run_mean = rng.range(20, 800) * kUs;
+      f.sleep_mean = rng.range(100, 5000) * kUs;
+      sim.add(f, sim.now() + rng.range(0, 1000) * kUs);
+    }
+  }
+  run_for(sim, rng.range(2000, 4000) * kSlice);
+}
+
+// Each cookie's fibers are all pinned to one sibling (its own, the same one,
+// or only one cookie pinned): hand-overs go through forced idle and wake-ups.
+void pinned(CoreSim& sim, Rng& rng, unsigned pus, Report& rep) {
+  const auto last = static_cast<int>(pus - 1);
+  const auto mode = rng.range(0, 2);
+  const int pa = mode == 0 ? 0 : mode == 1 ? last : kNotPinned;
+  const int pb = mode == 0 ? 1 : last;
+  sim.wait_bound = 2 * sim.turn;
+  spawn(sim, rng, 1, 2, pa);
+  for (int cycle = 0; cycle < 3 && !sim.failed(); ++cycle) {
+    run_for(sim, rng.range(300, 1500) * kSlice);
+    const auto b = spawn(sim, rng, 2, 2, pb);
+    fair_pair(sim, rep, 1, 2, 100);
+    depart_all(sim, b);
+    settle(sim, b);
+  }
+}
+
+// Many cookies with equal demand: every one gets its share and none waits
+// for more than a round of the others.
+void many_cookies(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
+  const std::uint64_t n = std::uint64_t{8} << rng.range(0, 2); // 8, 16 or 32
+  const int per = static_cast<int>(rng.range(1, 2));
+  sim.arrival_bound = kNever; // all arrive at once: they queue behind each other
+  sim.wait_bound = (n + 1) * sim.turn;
+  sim.fiber_bound = 2 * per * (n + 1) * sim.turn;
+  for (std::uint64_t c = 1; c <= n; ++c)
+    spawn(sim, rng, c, per, rng.chance(0.2) ? static_cast<int>(rng.range(0, pus - 1)) : kNotPinned);
+  run_for(sim, 50 * kSlice); // warm-up: all arrived at once, so arrivals queue behind each other
+  sim.reset_logs();
+  const std::uint64_t slices = 40 * n;
+  run_for(sim, slices * kSlice);
+  const double fair = static_cast<double>(slices * kSlice) / static_cast<double>(n);
+  for (std::uint64_t c = 1; c <= n && !sim.failed(); ++c) {
+    const double got = static_cast<double>(sim.log(c).owned_ns);
+    if (got < 0.6 * fair || got > 1.4 * fair)
+      sim.fail("many cookies: cookie " + std::to_string(c) + " owned " + std::to_string(got / fair) +
+               " of its fair share");
+  }
+  // A newcomer among them.
+  sim.arrival_bound = 2 * kSlice;
+  spawn(sim, rng, n + 1, per);
+  run_for(sim, 4 * n * kSlice);
+}
+
+// One fiber of A against twenty of B: A can use one sibling only, yet owns
+// the core half the time; either may be the late arrival.
+void one_vs_twenty(CoreSim& sim, Rng& rng, unsigned, Report& rep) {
+  const bool a_late = rng.chance(0.5);
+  sim.wait_bound = 2 * sim.turn;
+  std::vector<int> a, b;
+  if (!a_late)
+    a = spawn(sim, rng, 1, 1);
+  else
+    b = spawn(sim, rng, 2, 20);
+  for (int cycle = 0; cycle < 2 && !sim.failed(); ++cycle) {
+    run_for(sim, rng.range(500, 2000) * kSlice);
+    auto& late = a_late ? a : b;
+    late = a_late ? spawn(sim, rng, 1, 1) : spawn(sim, rng, 2, 20);
+    fair_pair(sim, rep, 1, 2, 100);
+    depart_all(sim, late);
+    settle(sim, late);
+  }
+}
+
+// Fibers keep changing cookie (change_running_cookie_locked; refused, the
+// fiber yields), busy or parking: isolation and progress must hold.
+void cookie_storms(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
+  const auto cookies = rng.range(2, 4);
+  const auto fibers = rng.range(2, 3 * pus);
+  sim.arrival_bound = kNever; // a refused set_cookie brings back a cookie that just ran: see sleepers
+  sim.wait_bound = cookies * sim.turn;
+  for (std::uint64_t i = 0; i < fibers; ++i) {
+    FiberSpec f =
+        busy(rng.range(1, cookies), rng, rng.chance(0.2) ? static_cast<int>(rng.range(0, pus - 1)) : kNotPinned);
+    f.storm_mean = rng.range(5, 500) * kUs;
+    f.storm_cookies = cookies;
+    if (rng.chance(0.5)) {
+      f.run_mean = rng.range(20, 800) * kUs;
+      f.sleep_mean = rng.range(50, 3000) * kUs;
+    }
+    sim.add(f, sim.now() + rng.range(0, 500) * kUs);
+  }
+  run_for(sim, rng.range(1000, 3000) * kSlice);
+}
+
+// set_cookie into a cookie that was away for seconds, while the fiber runs
+// alone (so the change is granted at once): the cookie must be placed at the
+// floor as an arrival is, or its stale vruntime starves the others.
+void stale_set_cookie(CoreSim& sim, Rng& rng, unsigned, Report&) {
+  sim.arrival_bound = kNever; // the sleeper: see sleepers
+  sim.wait_bound = 2 * sim.turn;
+  const auto c = spawn(sim, rng, 2, 1);
+  run_for(sim, rng.range(500, 2000) * kSlice); // cookie 2 runs, then leaves for seconds
+  depart_all(sim, c);
+  settle(sim, c);
+  FiberSpec x = busy(1, rng);
+  x.storm_mean = rng.range(200, 1000) * kSlice; // now and then it takes cookie 2 (or 1) for a long while
+  x.storm_cookies = 2;
+  sim.add(x, sim.now());
+  FiberSpec y = busy(1, rng); // a sleeper of cookie 1 beside it
+  y.run_mean = rng.range(50, 500) * kUs;
+  y.sleep_mean = rng.range(200, 3000) * kUs;
+  sim.add(y, sim.now());
+  run_for(sim, rng.range(3000, 6000) * kSlice);
+}
+
+} // namespace
+
+TEST_CASE("sim: a cookie arriving after a long solo run of another", "[sim]") {
+  simulate("late_arrival", late_arrival, 24);
+}
+TEST_CASE("sim: cookies departing and coming back", "[sim]") { simulate("departures", departures, 32); }
+TEST_CASE("sim: sleepers waking on timers", "[sim]") { simulate("sleepers", sleepers, 8); }
+TEST_CASE("sim: cookies pinned to one sibling", "[sim]") { simulate("pinned", pinned, 24); }
+TEST_CASE("sim: many cookies", "[sim]") { simulate("many_cookies", many_cookies, 12); }
+TEST_CASE("sim: one fiber of A against twenty of B", "[sim]") { simulate("one_vs_twenty", one_vs_twenty, 24); }
+TEST_CASE("sim: set_cookie storms", "[sim]") {
+  simulate("cookie_storms", cookie_storms, 8);
+  simulate("stale_set_cookie", stale_set_cookie, 8);
+}
