@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+// The API-sequence fuzzer's programs. A program is generated from its seed
+// alone (so a seed reproduces the same program; the interleaving differs per
+// run) and is a tree of fibers, each with a list of operations over the
+// public API. Operations that need a partner (a channel, an event, a pipe, a
+// wait group, a latch) spawn that partner themselves and finish the exchange
+// before the operation ends, and a fiber never holds a mutex or semaphore
+// unit across anything but simple operations: no program can deadlock, so a
+// hang is the runtime's.
+#pragma once
+
+#include "oracle.hpp"
+
+#include <coresched/coresched.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fuzz {
+
+enum class OpKind : std::uint8_t {
+  spawn,        // spawn `child`, then join it now / later / by dropping the handle, or detach it
+  join_pending, // join the oldest child left for later
+  set_cookie,   // a = cookie index
+  yield,
+  preempt,
+  sleep,        // a = microseconds
+  burn,         // a = microseconds of busy work inside the stamped interval
+  mutex,        // a = mutex index; `inner` runs holding it
+  semaphore,    // a = semaphore index; `inner` runs holding a unit
+  channel,      // `child` is the peer; a = items, b = capacity (0: unbuffered), c = direction
+  event,        // `child` is the peer; a = ping-pong rounds
+  pipe,         // `child` is the peer that writes a items; this fiber reads them with io::read
+  wait_group,   // `members` (detached) call done(); this fiber waits
+  latch,        // `members` (joined) and this fiber arrive_and_wait
+  throw_catch,  // throw, suspend in the catch block (b says how; `child` if b is catch_join), check the exception
+  io_sleep,     // io::sleep_until(now + a microseconds)
+};
+const char* to_string(OpKind k) noexcept;
+
+enum class JoinMode : std::uint8_t { now, later, drop, detach_option, detach_call };
+enum class Role : std::uint8_t { normal, channel_peer, event_peer, pipe_peer, group_member, latch_member };
+/// How a detached fiber ends: waiting until shutdown cancels the wait, or not.
+enum class LongWait : std::uint8_t { none, sleep, io_read, io_sleep };
+/// What a fiber does inside its catch block (Op::b of throw_catch).
+enum CatchSuspend : int { catch_yield, catch_sleep, catch_mutex, catch_io_sleep, catch_set_cookie, catch_join, kCatchKinds };
+
+struct Op {
+  OpKind kind = OpKind::yield;
+  int a = 0, b = 0, c = 0;
+  int child = -1;
+  JoinMode join = JoinMode::now;
+  std::vector<int> members;
+  std::vector<Op> inner; // simple operations only (no waits on others)
+};
+
+struct FiberSpec {
+  int parent = -1; // -1: a root, spawned by the main thread
+  Role role = Role::normal;
+  JoinMode join = JoinMode::now; // how its spawner treats it
+  std::optional<int> cookie; // index into Program::cookies; unset: inherit the spawner's
+  std::optional<unsigned> pin;
+  std::optional<std::size_t> stack;
+  std::size_t stack_use = 0; // bytes of stack the body touches first
+  bool throws = false;       // ends by throwing its own exception
+  LongWait long_wait = LongWait::none;
+  std::vector<Op> ops;
+};
+
+struct Program {
+  std::uint64_t seed = 0;
+  coresched::Options options;
+  std::vector<coresched::Cookie> cookies;
+  std::vector<FiberSpec> fibers;
+  struct Root {
+    int fiber;
+    bool joined; // by the main thread; else detached
+  };
+  std::vector<Root> roots;
+  /// Background fibers that burn and yield until the program's fibers are
+  /// done: they keep sibling PUs busy with other cookies, which is what a
+  /// leaked cookie collides with. Not part of the checked fiber tree.
+  struct Rival {
+    int cookie;
+    std::optional<unsigned> pin;
+  };
+  std::vector<Rival> rivals;
+  int mutexes = 1;
+  std::vector<int> semaphore_units;
+  /// One line: seed, topology, options, fiber and op counts.
+  std::string describe() const;
+  /// Every fiber and its operations, one line each (coresched-fuzz --print).
+  std::string dump() const;
+};
+
+/// Parts of the API a program may use. coresched-fuzz --without turns some
+/// off, to tell which one a failing seed needs.
+enum Feature : std::uint32_t {
+  f_stack = 1u << 0,       // SpawnOptions::stack_size (and stack use to match)
+  f_pin = 1u << 1,         // SpawnOptions::pin_to_pu
+  f_throw = 1u << 2,       // fibers that end by throwing
+  f_catch = 1u << 3,       // throw_catch: suspending inside a catch block
+  f_long_wait = 1u << 4,   // detached fibers left waiting for shutdown
+  f_rivals = 1u << 5,      // background fibers of other cookies
+  f_mutex = 1u << 6,
+  f_semaphore = 1u << 7,
+  f_channel = 1u << 8,
+  f_event = 1u << 9,
+  f_pipe = 1u << 10,
+  f_wait_group = 1u << 11,
+  f_latch = 1u << 12,
+  f_io_sleep = 1u << 13,
+  f_set_cookie = 1u << 14,
+  f_detach = 1u << 15,     // detached children (else joined later)
+  f_join_now = 1u << 16,   // joins right after spawn, which may run the child inline (else joined later)
+};
+/// Parses "stack,catch,..." into Feature bits; throws std::invalid_argument naming a bad one.
+std::uint32_t parse_features(const std::string& csv);
+/// The feature names, comma-separated.
+std::string feature_names();
+
+/// The program of `seed` on `topology` (with `pus` PUs), without the features in `without`.
+Program generate(std::uint64_t seed, const std::string& topology, unsigned pus, std::uint32_t without = 0);
+
+/// What one run of a program found.
+struct Outcome {
+  std::vector<std::string> failures; // the first few, one line each
+  std::uint64_t failure_count = 0;
+  std::uint64_t fibers = 0, events = 0, oracle_checks = 0;
+  bool ok() const noexcept { return failure_count == 0; }
+};
+
+/// Runs a program on a Runtime of its own and checks it: no oracle overlap,
+/// every fiber runs exactly once, every join returns exactly its fiber's value
+/// or exception, the exception being handled is the fiber's own after a
+/// suspension in a catch block, this_fiber::cookie() and location() agree with
+/// what the program did, and shutdown cancels the fibers left waiting.
+class Execution {
+public:
+  explicit Execution(const Program& p);
+  ~Execution();
+  Execution(const Execution&) = delete;
+  Execution& operator=(const Execution&) = delete;
+
+  Outcome run();
+  /// Thread-safe, for the watchdog: the fibers not finished and where each is.
+  std::string pending() const;
+  /// Thread-safe, for the watchdog: the runtime's statistics table (if it exists).
+  std::string stats() const;
+
+  struct Impl;
+
+private:
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace fuzz
