@@ -70,8 +70,7 @@ struct EventCtx {
   int rounds;
 };
 struct PipeCtx {
-  int w;
-  int items;
+  int w, items;
 };
 
 std::uint64_t triangle(int n) { return static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(n + 1) / 2; }
@@ -557,10 +556,8 @@ Outcome Execution::Impl::run() {
   if (oracle->violations.load() || oracle->slot_mismatches.load()) fail(oracle->report());
   Outcome o;
   o.failure_count = failure_count.load();
-  {
-    std::lock_guard lk(fail_mu);
-    o.failures = failures;
-  }
+  std::unique_lock lk(fail_mu);
+  o.failures = failures;
   o.fibers = p.fibers.size();
   o.events = events.load();
   o.oracle_checks = oracle->checks.load();
