@@ -459,6 +459,12 @@ bool Worker::sleep_once() {
   core_.lock().unlock();
   wakes.notify();
   if (sched_.exiting()) return true;
+  // Shutdown may have begun after this worker's last poll_io but before it was
+  // marked sleeping here, so wake_all_workers passed it by; asleep now, it would
+  // never cancel its in-flight I/O (a fiber in a 1 h io::sleep_until kept
+  // shutdown waiting for ever: fuzzer seed 242921). The core lock orders the
+  // two: either the waker saw `sleeping`, or this load sees `stopping`.
+  if (sched_.stopping() && !stop_cancelled_ && (ring_.inflight() != 0 || ring_.deferring())) return true;
   close_segment(now_ns());
   sleeps_.fetch_add(1, std::memory_order_relaxed);
   // Sleep in the io_uring: an I/O completion or a waker's eventfd write ends it.
