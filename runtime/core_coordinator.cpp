@@ -5,6 +5,7 @@
 #include "io_ring.hpp"
 
 #include <algorithm>
+#include <immintrin.h>
 
 namespace coresched::detail {
 
@@ -409,6 +410,32 @@ std::vector<CoreCoordinator::CookieTime> CoreCoordinator::ownership() {
   for (auto& [cookie, ns] : owned_ns_) out.push_back({cookie, ns});
   lock_.unlock();
   return out;
+}
+
+CoreSnapshot CoreCoordinator::snapshot(int patience_us) {
+  CoreSnapshot snap;
+  const std::uint64_t give_up = now_ns() + static_cast<std::uint64_t>(patience_us) * 1000;
+  while (!(snap.locked = lock_.try_lock()) && now_ns() < give_up) _mm_pause();
+  for (const auto& s : siblings_)
+    snap.pus.push_back({s->running.load(std::memory_order_relaxed), false, false,
+                        s->preempt.load(std::memory_order_relaxed), 0});
+  if (!snap.locked) return snap;
+  snap.owner = owner_;
+  snap.owner_since_ns = owner_since_;
+  for (const auto& e : cookies_) snap.cookies.push_back({e.cookie, e.runnable, e.vruntime, e.waited});
+  for (unsigned i = 0; i < size(); ++i) {
+    const Sibling& s = *siblings_[i];
+    snap.pus[i].forced_idle = s.forced_idle;
+    snap.pus[i].sleeping = s.sleeping;
+    snap.pus[i].queue = s.queue.size();
+    snap.queued_total += s.queue.size();
+    s.queue.for_each([&](const Fiber& f) {
+      if (snap.queued.size() < CoreSnapshot::kMaxQueued)
+        snap.queued.push_back({i, f.id, f.cookie, f.pinned, f.fresh});
+    });
+  }
+  lock_.unlock();
+  return snap;
 }
 
 } // namespace coresched::detail

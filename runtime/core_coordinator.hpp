@@ -88,6 +88,21 @@ struct CoreConfig {
   ClockFn clock = now_ns;
 };
 
+/// A core's scheduling state as the fiber dump shows it.
+struct CoreSnapshot {
+  bool locked = false;            // false: the lock stayed busy; only the published cookies were read
+  std::uint64_t owner = kNoCookie;
+  std::uint64_t owner_since_ns = 0;
+  struct Entry { std::uint64_t cookie; std::size_t runnable; std::uint64_t vruntime; std::int64_t waited; };
+  std::vector<Entry> cookies;     // the core-wide books (SMT cores)
+  struct Queued { unsigned sibling; std::uint64_t id, cookie; int pinned; bool fresh; };
+  std::vector<Queued> queued;     // at most kMaxQueued, in queue order
+  std::size_t queued_total = 0;
+  struct Pu { std::uint64_t running; bool forced_idle, sleeping, preempt; std::size_t queue; };
+  std::vector<Pu> pus;
+  static constexpr std::size_t kMaxQueued = 64;
+};
+
 class CoreCoordinator {
 public:
   CoreCoordinator(unsigned index, const std::vector<unsigned>& workers, CoreConfig cfg);
@@ -139,6 +154,9 @@ public:
   struct CookieTime { std::uint64_t cookie; std::uint64_t core_ns; };
   /// Core-ownership time per cookie so far (takes the lock).
   std::vector<CookieTime> ownership();
+  /// Reads the core's state for a dump, waiting at most `patience_us` for the
+  /// lock (a stuck or preempted holder must not block the dump).
+  CoreSnapshot snapshot(int patience_us);
 
 private:
   struct CookieEntry {

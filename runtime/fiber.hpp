@@ -73,6 +73,8 @@ struct Fiber {
   bool thread_joiner = false; // a plain thread blocked in join (futex on `done`)
   bool handle_gone = false;   // detached, or its handle dropped before it finished: nobody
                               // collects the result, so the fiber destroys it itself
+  // --- for the fiber dump only (in what was padding: the record did not grow) ---
+  Fiber* inline_child = nullptr; // a child it joins inline, running on this fiber's stack
 
   Task* task() noexcept;
   static Fiber* of(const Task* t) noexcept;

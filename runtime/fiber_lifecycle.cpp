@@ -39,8 +39,9 @@ bool Worker::give_stack(Fiber* f) noexcept {
     return false;
   }
   f->fresh = false;
+  f->stack.header()->running.store(f, std::memory_order_release);
   san::assign_stack(*f, f->stack.base, f->stack.size);
-  f->context = ctx::make_fcontext(f->stack.top(), f->stack.size, &Worker::fiber_main);
+  f->context = ctx::make_fcontext(f->stack.frames_top(), f->stack.size - kStackHeaderBytes, &Worker::fiber_main);
   return true;
 }
 
@@ -103,6 +104,7 @@ void Worker::fiber_loop() {
     if (next->fresh && next->stack_size == f->stack.size) {
       next->fresh = false;
       next->stack = std::exchange(f->stack, Stack{});
+      next->stack.header()->running.store(next, std::memory_order_release);
       san::hand_over_stack(*f, *next);
       w->prev_ = f;
       w->after_ = After::retire;
@@ -152,6 +154,7 @@ bool Worker::run_inline(Fiber* f) {
   f->fresh = false;
   san::borrow_stack(*parent, *f);
   f->stack = parent->stack; // borrowed: named in a stack overflow report, never freed by the child
+  parent->inline_child = f; // the fiber dump finds the child through its joiner
   // The child starts as on a stack of its own: outside the joiner's catch
   // blocks and unwinding, and the joiner gets its own state back after.
   save_errno();
@@ -169,6 +172,7 @@ bool Worker::run_inline(Fiber* f) {
   else
     w->restore_errno_of(parent);
   f->stack = Stack{};
+  parent->inline_child = nullptr;
   w->current_ = parent;
   w->running_id.store(parent->id, std::memory_order_relaxed);
   if (w->trace_) [[unlikely]]

@@ -78,8 +78,9 @@ Result to_result(const detail::IoOp& op) {
 }
 
 // Runs one operation: `prep` fills the SQE; the fiber parks until it completes.
-template <class Prep> Result run(const char* what, const OpOptions& o, Prep prep) {
-  detail::Worker& w = require_fiber(what);
+// `why` is what a fiber dump reports it waits for.
+template <class Prep> Result run(const detail::WaitInfo& why, const OpOptions& o, Prep prep) {
+  detail::Worker& w = require_fiber(why.what);
   detail::IoRing& ring = w.ring();
   detail::IoOp op;
   op.fiber = w.running();
@@ -95,64 +96,69 @@ template <class Prep> Result run(const char* what, const OpOptions& o, Prep prep
     ring.request_cancel(&op, op.seq);
   }
   op.fiber->state.store(detail::FiberState::parking, std::memory_order_release);
-  w.park(); // submits the SQE, now or with the worker's next batch (Worker::poll_io) // `w` may be another worker when we resume; only `op` is used below
+  w.park(why); // submits the SQE, now or with the worker's next batch (Worker::poll_io) // `w` may be another worker when we resume; only `op` is used below
   if (o.cancel) CancellationAccess::detach(*o.cancel);
   return to_result(op);
+}
+
+// An operation on `fd` (-1: none), named `what`.
+template <class Prep> Result run(const char* what, std::int64_t fd, const OpOptions& o, Prep prep) {
+  return run({.kind = detail::WaitKind::io, .what = what, .arg = fd}, o, prep);
 }
 
 } // namespace
 
 Result read(int fd, std::span<std::byte> buf, std::int64_t offset, OpOptions o) {
-  return run("read", o, [&](io_uring_sqe* s) {
+  return run("read", fd, o, [&](io_uring_sqe* s) {
     io_uring_prep_read(s, fd, buf.data(), static_cast<unsigned>(buf.size()), static_cast<__u64>(offset));
   });
 }
 
 Result write(int fd, std::span<const std::byte> buf, std::int64_t offset, OpOptions o) {
-  return run("write", o, [&](io_uring_sqe* s) {
+  return run("write", fd, o, [&](io_uring_sqe* s) {
     io_uring_prep_write(s, fd, buf.data(), static_cast<unsigned>(buf.size()), static_cast<__u64>(offset));
   });
 }
 
 Result readv(int fd, std::span<const iovec> iov, std::int64_t offset, OpOptions o) {
-  return run("readv", o, [&](io_uring_sqe* s) {
+  return run("readv", fd, o, [&](io_uring_sqe* s) {
     io_uring_prep_readv(s, fd, iov.data(), static_cast<unsigned>(iov.size()), static_cast<__u64>(offset));
   });
 }
 
 Result writev(int fd, std::span<const iovec> iov, std::int64_t offset, OpOptions o) {
-  return run("writev", o, [&](io_uring_sqe* s) {
+  return run("writev", fd, o, [&](io_uring_sqe* s) {
     io_uring_prep_writev(s, fd, iov.data(), static_cast<unsigned>(iov.size()), static_cast<__u64>(offset));
   });
 }
 
 Result recv(int fd, std::span<std::byte> buf, int flags, OpOptions o) {
-  return run("recv", o, [&](io_uring_sqe* s) { io_uring_prep_recv(s, fd, buf.data(), buf.size(), flags); });
+  return run("recv", fd, o, [&](io_uring_sqe* s) { io_uring_prep_recv(s, fd, buf.data(), buf.size(), flags); });
 }
 
 Result send(int fd, std::span<const std::byte> buf, int flags, OpOptions o) {
-  return run("send", o,
+  return run("send", fd, o,
              [&](io_uring_sqe* s) { io_uring_prep_send(s, fd, buf.data(), buf.size(), flags | MSG_NOSIGNAL); });
 }
 
 Result accept(int fd, sockaddr* addr, socklen_t* addrlen, OpOptions o) {
-  return run("accept", o, [&](io_uring_sqe* s) { io_uring_prep_accept(s, fd, addr, addrlen, SOCK_CLOEXEC); });
+  return run("accept", fd, o, [&](io_uring_sqe* s) { io_uring_prep_accept(s, fd, addr, addrlen, SOCK_CLOEXEC); });
 }
 
 Result connect(int fd, const sockaddr* addr, socklen_t addrlen, OpOptions o) {
-  return run("connect", o, [&](io_uring_sqe* s) { io_uring_prep_connect(s, fd, addr, addrlen); });
+  return run("connect", fd, o, [&](io_uring_sqe* s) { io_uring_prep_connect(s, fd, addr, addrlen); });
 }
 
 Result poll(int fd, unsigned events, OpOptions o) {
-  return run("poll", o, [&](io_uring_sqe* s) { io_uring_prep_poll_add(s, fd, events); });
+  return run("poll", fd, o, [&](io_uring_sqe* s) { io_uring_prep_poll_add(s, fd, events); });
 }
 
 Result fsync(int fd, OpOptions o) {
-  return run("fsync", o, [&](io_uring_sqe* s) { io_uring_prep_fsync(s, fd, 0); });
+  return run("fsync", fd, o, [&](io_uring_sqe* s) { io_uring_prep_fsync(s, fd, 0); });
 }
 
 Result openat(int dirfd, const char* path, int flags, mode_t mode, OpOptions o) {
-  return run("openat", o, [&](io_uring_sqe* s) { io_uring_prep_openat(s, dirfd, path, flags | O_CLOEXEC, mode); });
+  return run("openat", dirfd, o, [&](io_uring_sqe* s) { io_uring_prep_openat(s, dirfd, path, flags | O_CLOEXEC, mode); });
 }
 
 Result close(int fd) {
@@ -166,7 +172,7 @@ Result close(int fd) {
   if (::close(fd) == 0) return {0, {}};
   return {0, std::error_code(errno, std::system_category())};
 #else
-  return run("close", {}, [&](io_uring_sqe* s) { io_uring_prep_close(s, fd); });
+  return run("close", fd, {}, [&](io_uring_sqe* s) { io_uring_prep_close(s, fd); });
 #endif
 }
 
@@ -176,7 +182,10 @@ Result sleep_until(std::chrono::steady_clock::time_point deadline, Cancellation*
   const auto ts = to_timespec(deadline.time_since_epoch());
   OpOptions o;
   o.cancel = cancel;
-  Result r = run("sleep_until", o, [&](io_uring_sqe* s) {
+  const detail::WaitInfo why{.kind = detail::WaitKind::sleep,
+                             .what = "sleep_until",
+                             .arg = static_cast<std::int64_t>(deadline.time_since_epoch().count())};
+  Result r = run(why, o, [&](io_uring_sqe* s) {
     io_uring_prep_timeout(s, const_cast<__kernel_timespec*>(&ts), 0, IORING_TIMEOUT_ABS);
   });
   if (r.error.value() == ETIME && r.error.category() == std::system_category()) r.error.clear(); // the timer fired, as asked

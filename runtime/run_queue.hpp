@@ -30,6 +30,11 @@ public:
   bool empty() const noexcept { return size_ == 0; }
   /// Number of fibers queued with `cookie`.
   std::size_t count(std::uint64_t cookie) const noexcept;
+  /// Calls `fn(const Fiber&)` for each queued fiber, cookie by cookie (the fiber dump).
+  template <class Fn> void for_each(Fn fn) const {
+    for (const auto& l : lists_)
+      for (const Fiber* f = l.head; f; f = f->next) fn(*f);
+  }
 
 private:
   struct List {

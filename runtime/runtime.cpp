@@ -21,6 +21,7 @@ void Runtime::shutdown() { sched_->shutdown(); }
 const Topology& Runtime::topology() const noexcept { return sched_->topology(); }
 const Options& Runtime::options() const noexcept { return sched_->options(); }
 Stats Runtime::stats() const { return sched_->stats(); }
+void Runtime::dump(std::FILE* out) const { sched_->dump(out); }
 
 Runtime* Runtime::current() noexcept {
   detail::Worker* w = detail::Worker::current();
@@ -60,7 +61,7 @@ void join_task(Task* t) {
   self->state.store(FiberState::parking, std::memory_order_release);
   f->joiner = self;
   f->join_lock.unlock();
-  w->park();
+  w->park({.kind = detail::WaitKind::join, .what = "join", .arg = static_cast<std::int64_t>(f->id)});
 }
 
 // The handle goes (detach, or after join). If the fiber has not finished, it

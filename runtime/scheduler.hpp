@@ -18,6 +18,7 @@
 #include <coresched/topology.hpp>
 
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <vector>
 
@@ -78,6 +79,8 @@ public:
   void wake_all_workers();
   bool exiting() const noexcept { return exiting_.load(std::memory_order_acquire); }
   Stats stats();
+  /// Writes every live fiber and every core to `out` (fiber_dump.cpp).
+  void dump(std::FILE* out);
   /// The scheduling trace, or null when not tracing.
   Trace* trace() const noexcept { return trace_.get(); }
 

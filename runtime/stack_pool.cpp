@@ -47,7 +47,30 @@ void free_stack(Stack s) noexcept {
 }
 
 SharedStackPool::~SharedStackPool() {
-  for (Stack s : free_) free_stack(s);
+  for (Stack s : free_) unmap(s);
+}
+
+Stack SharedStackPool::map(std::size_t usable) {
+  Stack s = allocate_stack(usable);
+  StackHeader* h = new (s.header()) StackHeader;
+  std::lock_guard lk(list_mu_);
+  if (!list_.next) list_.next = list_.prev = &list_;
+  h->prev = &list_;
+  h->next = list_.next;
+  list_.next->prev = h;
+  list_.next = h;
+  return s;
+}
+
+void SharedStackPool::unmap(Stack s) noexcept {
+  if (!s) return;
+  {
+    std::lock_guard lk(list_mu_);
+    StackHeader* h = s.header();
+    h->prev->next = h->next;
+    h->next->prev = h->prev;
+  }
+  free_stack(s);
 }
 
 bool SharedStackPool::take(Stack& out) {
@@ -66,7 +89,7 @@ void SharedStackPool::give(Stack s) {
       return;
     }
   }
-  free_stack(s);
+  unmap(s);
 }
 
 StackPool::~StackPool() {
@@ -85,13 +108,13 @@ Stack StackPool::get(std::size_t usable) {
     Stack s;
     if (shared_.take(s)) return s;
   }
-  return allocate_stack(want);
+  return shared_.map(want);
 }
 
 void StackPool::put(Stack s) noexcept {
   if (!s) return;
   if (s.size != shared_.stack_size()) {
-    free_stack(s); // odd sizes are not pooled
+    shared_.unmap(s); // odd sizes are not pooled
     return;
   }
   if (free_.size() < kLocalMax) {
@@ -101,7 +124,7 @@ void StackPool::put(Stack s) noexcept {
   try {
     shared_.give(s);
   } catch (...) {
-    free_stack(s);
+    shared_.unmap(s);
   }
 }
 

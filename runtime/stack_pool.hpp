@@ -4,7 +4,10 @@
 // so a worker keeps a small free list and only new or odd-sized stacks pay it.
 #pragma once
 
+#include "stack_header.hpp"
+
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <mutex>
 #include <vector>
@@ -15,6 +18,12 @@ struct Stack {
   void* base = nullptr;   // lowest usable address (just above the guard page)
   std::size_t size = 0;   // usable bytes
   void* top() const noexcept { return static_cast<char*>(base) + size; }
+  /// The header in the stack's top kStackHeaderBytes (stack_header.hpp).
+  StackHeader* header() const noexcept {
+    return reinterpret_cast<StackHeader*>(static_cast<char*>(top()) - kStackHeaderBytes);
+  }
+  /// Where the fiber's frames begin: just below the header.
+  void* frames_top() const noexcept { return header(); }
   explicit operator bool() const noexcept { return base != nullptr; }
 };
 
@@ -31,7 +40,8 @@ void free_stack(Stack s) noexcept;
 /// The system page size.
 std::size_t page_size() noexcept;
 
-/// Process-wide overflow pool shared by all workers of one runtime.
+/// Overflow pool shared by all workers of one runtime, and the list of every
+/// stack the runtime has mapped (the registry the fiber dump walks).
 class SharedStackPool {
 public:
   explicit SharedStackPool(std::size_t stack_size) : stack_size_(stack_size) {}
@@ -42,12 +52,30 @@ public:
   void give(Stack s);
   std::size_t stack_size() const noexcept { return stack_size_; }
 
+  /// Maps a new stack of `usable` bytes and lists it. Throws std::bad_alloc.
+  Stack map(std::size_t usable);
+  /// Unlists and unmaps a stack made by map().
+  void unmap(Stack s) noexcept;
+  /// Calls `fn(const StackHeader&)` for every mapped stack, with the list
+  /// locked (no stack is unmapped meanwhile). False if the lock stayed busy
+  /// for `patience_ms` (the dump never waits long on a stuck runtime).
+  template <class Fn> bool for_each_stack(Fn fn, int patience_ms) const;
+
 private:
   static constexpr std::size_t kMax = 4096;
   std::size_t stack_size_;
   std::mutex mu_;
   std::vector<Stack> free_;
+  mutable std::timed_mutex list_mu_; // guards the list below: taken only to map, unmap and dump
+  StackHeader list_;                 // sentinel of the circular list of mapped stacks (empty: null links)
 };
+
+template <class Fn> bool SharedStackPool::for_each_stack(Fn fn, int patience_ms) const {
+  if (!list_mu_.try_lock_for(std::chrono::milliseconds(patience_ms))) return false;
+  for (const StackHeader* h = list_.next; h && h != &list_; h = h->next) fn(*h);
+  list_mu_.unlock();
+  return true;
+}
 
 /// A worker's own free list (no locking: used only by its worker thread).
 class StackPool {

@@ -36,14 +36,15 @@ template <class C> void step(std::atomic<C>& count, C delta, detail::SyncLock& l
   detail::WaitQueue::wake_all(all);
 }
 
-template <class C> void wait_for_zero(const std::atomic<C>& count, detail::SyncLock& lk, detail::WaitQueue& q) {
+template <class C>
+void wait_for_zero(const std::atomic<C>& count, detail::SyncLock& lk, detail::WaitQueue& q, const char* what) {
   if (count.load(std::memory_order_acquire) == 0) return;
   lk.lock();
   if (count.load(std::memory_order_acquire) == 0) {
     lk.unlock();
     return;
   }
-  q.wait(lk);
+  q.wait(lk, nullptr, nullptr, nullptr, what);
 }
 } // namespace
 
@@ -52,7 +53,7 @@ void WaitGroup::add(std::int64_t delta) {
   step<std::int64_t>(count_, delta, lk_, q_, "coresched: WaitGroup count would become negative (done() without add()?)");
 }
 
-void WaitGroup::wait() { wait_for_zero(count_, lk_, q_); }
+void WaitGroup::wait() { wait_for_zero(count_, lk_, q_, "WaitGroup"); }
 
 Latch::Latch(std::ptrdiff_t expected) : count_(expected) {
   if (expected < 0) throw UsageError("coresched: a Latch cannot expect a negative count");
@@ -64,6 +65,6 @@ void Latch::count_down(std::ptrdiff_t n) {
   step<std::ptrdiff_t>(count_, -n, lk_, q_, "coresched: Latch::count_down below zero");
 }
 
-void Latch::wait() { wait_for_zero(count_, lk_, q_); }
+void Latch::wait() { wait_for_zero(count_, lk_, q_, "Latch"); }
 
 } // namespace coresched

@@ -27,7 +27,7 @@ void Event::wait() {
     lk_.unlock();
     return;
   }
-  q_.wait(lk_); // set() released us; a reset() since then does not matter
+  q_.wait(lk_, nullptr, nullptr, nullptr, "Event"); // set() released us; a reset() since then does not matter
 }
 
 } // namespace coresched

@@ -43,7 +43,7 @@ void Mutex::lock_slow() {
         state_.compare_exchange_weak(s, s | kQueued, std::memory_order_relaxed, std::memory_order_relaxed))
       break;
   }
-  q_.wait(lk_); // returns owning the mutex: unlock_slow() handed it over
+  q_.wait(lk_, nullptr, nullptr, nullptr, "Mutex"); // returns owning the mutex: unlock_slow() handed it over
 }
 
 void Mutex::unlock_slow() noexcept {
@@ -58,7 +58,7 @@ void Mutex::unlock_slow() noexcept {
 void ConditionVariable::wait(Mutex& m) {
   lk_.lock();
   // Queued before `m` is released, so a notify by whoever takes `m` next finds us.
-  q_.wait(lk_, nullptr, [](void* mu) { static_cast<Mutex*>(mu)->unlock(); }, &m);
+  q_.wait(lk_, nullptr, [](void* mu) { static_cast<Mutex*>(mu)->unlock(); }, &m, "ConditionVariable");
   m.lock();
 }
 

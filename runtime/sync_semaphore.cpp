@@ -18,7 +18,7 @@ void Semaphore::acquire() {
     lk_.unlock();
     return;
   }
-  q_.wait(lk_); // release() handed us a unit
+  q_.wait(lk_, nullptr, nullptr, nullptr, "Semaphore"); // release() handed us a unit
 }
 
 void Semaphore::release(std::ptrdiff_t n) {

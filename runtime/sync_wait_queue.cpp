@@ -20,9 +20,11 @@ void SyncLock::lock_slow() noexcept {
   }
 }
 
-void WaitQueue::wait(SyncLock& lock, void* slot, void (*after_unlock)(void*), void* arg) {
+void WaitQueue::wait(SyncLock& lock, void* slot, void (*after_unlock)(void*), void* arg, const char* what) {
   Waiter w;
   w.slot = slot;
+  w.what = what;
+  w.object = this;
   w.prepare();
   if (tail_) tail_->next = &w;
   else head_ = &w;

@@ -29,6 +29,8 @@ struct Waiter {
   Waiter* next = nullptr;  // queue link (guarded by the primitive's lock)
   Fiber* fiber = nullptr;  // the parked fiber, or null for a plain thread
   void* slot = nullptr;    // the primitive's payload (e.g. a Channel item)
+  const char* what = nullptr;   // the primitive's name and address, for the fiber dump
+  const void* object = nullptr;
   std::atomic<std::uint32_t> woken{0}; // 0 waiting, 1 notified, 2 a thread sleeps on it
 
   /// Under the primitive's lock, before the waiter becomes visible.
@@ -44,7 +46,7 @@ struct Waiter {
   /// resume on another worker, so nothing worker-related is cached here.
   void block() noexcept {
     if (fiber) {
-      Worker::current()->park();
+      Worker::current()->park({.kind = WaitKind::sync, .what = what, .object = object});
       assert(woken.load(std::memory_order_acquire) == 1);
       return;
     }

@@ -230,6 +230,7 @@ void Worker::after_resume(ctx::fcontext_t from) {
   }
   case After::retire:
     san::retire(*p);
+    if (p->stack) p->stack.header()->running.store(nullptr, std::memory_order_release);
     stacks_.put(std::exchange(p->stack, Stack{}));
     release_fiber(p);
     count_retired();
@@ -363,10 +364,18 @@ void Worker::reschedule() {
   switch_to(p.kind == Pick::Kind::run ? p.fiber : &idle_ctx_, After::requeue);
 }
 
-void Worker::park() {
+void Worker::park(const WaitInfo& why) {
   save_errno();
+  WaitInfo& w = current_->stack.header()->wait; // read by the dump while the fiber is parked
+  w = why;
+  w.since_ns = now_ns();
+  // The frame walk starts here, not at the saved context: the switch below
+  // is built without frame pointers (it is on the yield path) and may use rbp
+  // for data. Taking the address gives park() a frame of its own.
+  w.frame = __builtin_frame_address(0);
   const Pick p = pick();
   switch_to(p.kind == Pick::Kind::run ? p.fiber : &idle_ctx_, After::park);
+  asm volatile("" ::: "memory"); // not a tail call: park's frame must stay below its caller's while parked
 }
 
 // ---------------------------------------------------------------- idle
@@ -512,6 +521,13 @@ void Worker::leave_forced_idle() {
   std::lock_guard lk(stats_mu_);
   cookie_stats_[forced_wanted_].suffered_ns += span;
   cookie_stats_[forced_blocker_].caused_ns += span;
+}
+
+// No lock and deliberately racy: see View. (TSan is told not to look.)
+__attribute__((no_sanitize_thread)) Worker::View Worker::view() const noexcept {
+  const Fiber* f = current_;
+  return {f && f->is_task ? f : nullptr, idle_,           forced_,         forced_since_,
+          forced_wanted_,               forced_blocker_, !local_.empty()};
 }
 
 void Worker::collect(std::unordered_map<std::uint64_t, CookieStats>& cookies, WorkerStats& ws) {

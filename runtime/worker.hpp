@@ -90,8 +90,9 @@ public:
   void save_errno() noexcept { current_->carried.err = *thread_state_.err; }
   void restore_errno() noexcept { *thread_state_.err = current_->carried.err; }
   void restore_errno_of(const Fiber* f) noexcept { *thread_state_.err = f->carried.err; }
-  /// Suspends the running fiber; its state must already be `parking`.
-  void park();
+  /// Suspends the running fiber; its state must already be `parking`. `why`
+  /// is what the fiber dump reports it waits for.
+  void park(const WaitInfo& why);
   /// Runs `f`, which the running fiber is about to join, right here if it has
   /// not started and sits in this worker's queue with the same cookie: a call
   /// instead of two switches. Returns false if it could not.
@@ -138,6 +139,17 @@ public:
 
   /// Adds this worker's statistics to the snapshot.
   void collect(std::unordered_map<std::uint64_t, CookieStats>& cookies, WorkerStats& ws);
+
+  /// What the fiber dump shows of a worker: its own fields, read from another
+  /// thread without any lock (a stuck worker must not block the dump), so
+  /// each may be a moment stale.
+  struct View {
+    const Fiber* running; // a task fiber, or null in the idle loop
+    bool idle, forced;
+    std::uint64_t forced_since_ns, forced_wanted, forced_blocker;
+    bool local_queue; // fibers on its private queue (single-PU cores)
+  };
+  View view() const noexcept;
 
 private:
   enum class After { none, requeue, park, retire };

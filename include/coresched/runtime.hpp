@@ -3,6 +3,7 @@
 /// @file runtime.hpp
 /// The Runtime: one pinned worker thread per PU running fibers.
 
+#include <cstdio>
 #include <coresched/join_handle.hpp>
 #include <coresched/options.hpp>
 #include <coresched/stats.hpp>
@@ -59,6 +60,15 @@ public:
   /// A snapshot of the scheduling statistics; callable from any thread, before
   /// or after shutdown().
   Stats stats() const;
+  /// Writes a fiber dump to `out`: per core its owner cookie, what each
+  /// sibling runs or why it is forced idle, the queued fibers; then every
+  /// started fiber with its cookie, state, worker, what a parked fiber waits
+  /// for (join, a sync primitive, an io operation, a sleep) and for how long,
+  /// and its frames (from its saved context, named with elfutils). Callable
+  /// from any thread, also while the runtime is stuck: it never waits more
+  /// than a moment for a lock, and what it reads may be a moment stale.
+  /// Options::dump_signal makes a signal write one to stderr.
+  void dump(std::FILE* out) const;
 
   /// The runtime the calling fiber runs in, or null on a plain thread.
   static Runtime* current() noexcept;

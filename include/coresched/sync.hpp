@@ -63,7 +63,9 @@ public:
   /// Call with `lock` held: enqueues the caller carrying `slot`, releases
   /// `lock`, runs `after_unlock(arg)` if given, and suspends the calling fiber
   /// (or blocks the calling thread) until wake(). Returns without the lock.
-  void wait(SyncLock& lock, void* slot = nullptr, void (*after_unlock)(void*) = nullptr, void* arg = nullptr);
+  /// `what` names the primitive in a fiber dump (Runtime::dump).
+  void wait(SyncLock& lock, void* slot = nullptr, void (*after_unlock)(void*) = nullptr, void* arg = nullptr,
+            const char* what = "a sync primitive");
   /// Call with the lock held: removes and returns the oldest waiter, or null.
   Waiter* pop() noexcept;
   /// Call with the lock held: removes every waiter; returns them as a chain for wake_all().
@@ -389,7 +391,7 @@ private:
       return false;
     }
     SendSlot slot{&v};
-    senders_.wait(lk_, &slot); // a receiver takes the value, or close() releases us
+    senders_.wait(lk_, &slot, nullptr, nullptr, "Channel send"); // a receiver takes the value, or close() releases us
     return slot.taken;
   }
 
@@ -428,7 +430,7 @@ private:
       lk_.unlock();
       return std::nullopt;
     }
-    receivers_.wait(lk_, &out); // a sender fills `out`, or close() leaves it empty
+    receivers_.wait(lk_, &out, nullptr, nullptr, "Channel recv"); // a sender fills `out`, or close() leaves it empty
     return out;
   }
 

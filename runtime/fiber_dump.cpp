@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: Apache-2.0
+// Runtime::dump: every live fiber and every core, for a program that is stuck
+// or slow now. It must work when the runtime does not: it takes no lock for
+// long (a core lock for at most a millisecond, then it reports the core
+// unread), never waits on a worker, and reads what the workers publish
+// without synchronising with them, so a figure may be a moment stale.
+//
+// Where the fibers are found (stack_header.hpp): a started fiber owns a
+// stack, and every mapped stack is listed; its header names the fiber on it.
+// A fiber that never ran is in a run queue. The list of stacks is locked for
+// the whole walk, so no stack is unmapped while its frames are read.
+#include "core_coordinator.hpp"
+#include "scheduler.hpp"
+#include "worker.hpp"
+
+#include <cxxabi.h>
+#include <elfutils/libdwfl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+namespace coresched::detail {
+
+namespace {
+
+const char* state_name(FiberState s) {
+  switch (s) {
+  case FiberState::runnable: return "runnable";
+  case FiberState::running: return "running";
+  case FiberState::parking: return "parking";
+  case FiberState::parked: return "parked";
+  case FiberState::done: return "finishing";
+  }
+  return "?";
+}
+
+std::string cookie_name(std::uint64_t c) { return c == kNoCookie ? std::string("none") : fmt::format("{}", c); }
+
+std::string duration(std::uint64_t ns) {
+  if (ns >= 10'000'000'000ULL) return fmt::format("{:.1f} s", static_cast<double>(ns) / 1e9);
+  if (ns >= 1'000'000ULL) return fmt::format("{:.1f} ms", static_cast<double>(ns) / 1e6);
+  return fmt::format("{:.0f} us", static_cast<double>(ns) / 1e3);
+}
+
+std::string describe_wait(const WaitInfo& w, std::uint64_t now) {
+  const std::string name = w.what ? w.what : "?";
+  switch (w.kind) {
+  case WaitKind::join: return fmt::format("join of fiber {}", w.arg);
+  case WaitKind::sync: return fmt::format("{} at {}", name, w.object);
+  case WaitKind::io: return w.arg >= 0 ? fmt::format("io {} on fd {}", name, w.arg) : fmt::format("io {}", name);
+  case WaitKind::sleep: {
+    const auto deadline = static_cast<std::uint64_t>(w.arg);
+    return deadline > now ? fmt::format("sleep, {} left", duration(deadline - now))
+                          : fmt::format("sleep, due {} ago", duration(now - deadline));
+  }
+  case WaitKind::none: break;
+  }
+  return "nothing recorded";
+}
+
+// Names code addresses with elfutils (the symbol tables of the executable and
+// every library, static functions included) and the line tables where there
+// is debug information.
+class Symbolizer {
+public:
+  Symbolizer() {
+    static char* debuginfo_path = nullptr;
+    static const Dwfl_Callbacks callbacks = {dwfl_linux_proc_find_elf, dwfl_standard_find_debuginfo, nullptr,
+                                             &debuginfo_path};
+    dwfl_ = dwfl_begin(&callbacks);
+    if (dwfl_ && (dwfl_linux_proc_report(dwfl_, getpid()) != 0 || dwfl_report_end(dwfl_, nullptr, nullptr) != 0)) {
+      dwfl_end(dwfl_);
+      dwfl_ = nullptr;
+    }
+  }
+  ~Symbolizer() {
+    if (dwfl_) dwfl_end(dwfl_);
+  }
+  Symbolizer(const Symbolizer&) = delete;
+  Symbolizer& operator=(const Symbolizer&) = delete;
+
+  // `ret` is a return address: the call is the instruction before it.
+  std::string name(std::uintptr_t ret) {
+    const Dwarf_Addr pc = ret - 1;
+    Dwfl_Module* m = dwfl_ ? dwfl_addrmodule(dwfl_, pc) : nullptr;
+    if (!m) return "?";
+    std::string out;
+    if (const char* sym = dwfl_module_addrname(m, pc)) {
+      int status = 0;
+      std::unique_ptr<char, void (*)(void*)> d(abi::__cxa_demangle(sym, nullptr, nullptr, &status), std::free);
+      out = status == 0 && d ? d.get() : sym;
+    } else {
+      Dwarf_Addr start = 0;
+      const char* mod = dwfl_module_info(m, nullptr, &start, nullptr, nullptr, nullptr, nullptr, nullptr);
+      out = fmt::format("{}+{:#x}", mod ? mod : "?", pc - start);
+    }
+    if (Dwfl_Line* line = dwfl_module_getsrc(m, pc)) {
+      int lineno = 0;
+      if (const char* file = dwfl_lineinfo(line, nullptr, &lineno, nullptr, nullptr, nullptr)) {
+        const char* base = std::strrchr(file, '/');
+        out += fmt::format(" at {}:{}", base ? base + 1 : file, lineno);
+      }
+    }
+    if (out.size() > 160) out = out.substr(0, 157) + "...";
+    return out;
+  }
+
+private:
+  Dwfl* dwfl_ = nullptr;
+};
+
+// The frames of a switched-out fiber, by frame pointer, never leaving [lo, hi)
+// (its stack): code built without frame pointers makes the walk skip frames
+// or end early, never read outside the stack. A parked fiber's walk starts at
+// Worker::park's frame (`frame`: [frame] is the caller's rbp, [frame+8] the
+// return address into it); otherwise at the saved context, where
+// Boost.Context's jump_fcontext leaves rbp at +0x30 and its return address
+// at +0x38 (x86-64 System V).
+void print_frames(std::FILE* out, Symbolizer& sym, const void* context, const void* frame, const char* lo,
+                  const char* hi) {
+  const auto* start = static_cast<const char*>(frame ? frame : context);
+  const std::size_t need = frame ? 16 : 0x40;
+  if (!start || start < lo || start + need > hi || reinterpret_cast<std::uintptr_t>(start) % 8) {
+    std::fputs("      (no saved frame on its stack)\n", out);
+    return;
+  }
+  auto word = [](const char* at) { return *reinterpret_cast<const std::uintptr_t*>(at); };
+  std::uintptr_t ip = frame ? word(start + 8) : word(start + 0x38);
+  auto fp = reinterpret_cast<const char*>(frame ? word(start) : word(start + 0x30));
+  const char* floor = start;
+  for (int depth = 0; depth < 32 && ip; ++depth) {
+    std::fprintf(out, "      #%-2d %#014lx %s\n", depth, static_cast<unsigned long>(ip), sym.name(ip).c_str());
+    // Callers' frames lie above (the stack grows down): stop at anything else.
+    if (fp < floor || fp + 16 > hi || reinterpret_cast<std::uintptr_t>(fp) % 8) return;
+    ip = word(fp + 8);
+    floor = fp + 16;
+    fp = reinterpret_cast<const char*>(word(fp));
+  }
+}
+
+} // namespace
+
+// Reads fibers and stack headers that other threads write without
+// synchronising with this reader, by design: TSan is told not to look.
+__attribute__((no_sanitize_thread)) void Scheduler::dump(std::FILE* out) {
+  const std::uint64_t now = now_ns();
+  Symbolizer sym;
+  std::fprintf(out, "=== coresched fiber dump (pid %d): %zu cores, %zu workers, %llu live fibers%s ===\n",
+               static_cast<int>(getpid()), cores_.size(), workers_.size(),
+               static_cast<unsigned long long>(live_fibers()), stopping() ? ", shutting down" : "");
+
+  std::vector<Worker::View> views;
+  for (auto& w : workers_) views.push_back(w->view());
+
+  for (auto& core : cores_) {
+    const CoreSnapshot snap = core->snapshot(1000);
+    std::string pus;
+    for (unsigned s = 0; s < core->size(); ++s) pus += fmt::format("{}{}", s ? "," : "", core->sibling(s).worker);
+    std::fprintf(out, "core %u (workers %s):", core->index(), pus.c_str());
+    if (!snap.locked) std::fputs(" [core lock busy for 1 ms: queues not read]", out);
+    else if (core->single_pu()) std::fputs(" single PU", out);
+    else if (snap.owner == kNoCookie) std::fputs(" no owner (the whole core idles)", out);
+    else
+      std::fprintf(out, " owner cookie %s for %s", cookie_name(snap.owner).c_str(),
+                   duration(now - std::min(now, snap.owner_since_ns)).c_str());
+    std::fputc('\n', out);
+    if (!core->single_pu() && !snap.cookies.empty()) {
+      std::string books;
+      for (const auto& e : snap.cookies)
+        if (e.runnable || e.cookie == snap.owner)
+          books += fmt::format(" [cookie {}: {} queued, vruntime {}, waited {}]", cookie_name(e.cookie), e.runnable,
+                               duration(e.vruntime), e.waited < 0 ? "-" + duration(static_cast<std::uint64_t>(-e.waited))
+                                                                  : duration(static_cast<std::uint64_t>(e.waited)));
+      if (!books.empty()) std::fprintf(out, "  books:%s\n", books.c_str());
+    }
+    for (unsigned s = 0; s < core->size(); ++s) {
+      const unsigned wi = core->sibling(s).worker;
+      const Worker::View& v = views[wi];
+      const auto& pu = snap.pus[s];
+      std::string what;
+      if (v.running)
+        what = fmt::format("runs fiber {} (cookie {})", v.running->id, cookie_name(v.running->cookie));
+      else if (v.forced)
+        what = fmt::format("forced idle for {}, wants cookie {}, core held by cookie {}",
+                           duration(now - std::min(now, v.forced_since_ns)), cookie_name(v.forced_wanted),
+                           cookie_name(v.forced_blocker));
+      else
+        what = v.idle ? "idle" : "between fibers";
+      if (snap.locked && pu.sleeping) what += ", asleep";
+      if (pu.preempt) what += ", asked to preempt";
+      if (v.local_queue) what += ", fibers on its private queue";
+      std::fprintf(out, "  worker %u (cpu %u): publishes cookie %s; %s; %zu queued\n", wi,
+                   workers_[wi]->pu().cpu, cookie_name(pu.running).c_str(), what.c_str(), pu.queue);
+    }
+    for (const auto& q : snap.queued)
+      std::fprintf(out, "    queued on worker %u: fiber %llu cookie %s%s%s\n", core->sibling(q.sibling).worker,
+                   static_cast<unsigned long long>(q.id), cookie_name(q.cookie).c_str(),
+                   q.pinned != kNotPinned ? fmt::format(", pinned to PU {}", q.pinned).c_str() : "",
+                   q.fresh ? ", never ran" : "");
+    if (snap.queued_total > snap.queued.size())
+      std::fprintf(out, "    ... and %zu more queued\n", snap.queued_total - snap.queued.size());
+  }
+
+  std::size_t started = 0;
+  const bool listed = shared_stacks_.for_each_stack(
+      [&](const StackHeader& h) {
+        const Fiber* owner = h.running.load(std::memory_order_acquire);
+        if (!owner) return; // pooled
+        // The innermost fiber on the stack is the one that runs or waits;
+        // the joiners below it wait for it inline.
+        std::vector<const Fiber*> chain{owner};
+        while (chain.size() < 256 && chain.back()->inline_child) chain.push_back(chain.back()->inline_child);
+        const Fiber* f = chain.back();
+        started += chain.size();
+        const FiberState st = f->state.load(std::memory_order_acquire);
+        std::string line = fmt::format("fiber {} cookie {} {}", f->id, cookie_name(f->cookie), state_name(st));
+        if (st == FiberState::running) line += fmt::format(" on worker {}", f->last_worker);
+        else line += fmt::format(", last on worker {}", f->last_worker);
+        if (f->pinned != kNotPinned) line += fmt::format(", pinned to PU {}", f->pinned);
+        if (st == FiberState::parked || st == FiberState::parking)
+          line += fmt::format(", waiting {} for {}", duration(now - std::min(now, h.wait.since_ns)),
+                              describe_wait(h.wait, now));
+        std::fprintf(out, "%s\n", line.c_str());
+        for (auto p = chain.rbegin() + 1; p != chain.rend(); ++p)
+          std::fprintf(out, "    below it on the same stack: fiber %llu cookie %s, joining it inline\n",
+                       static_cast<unsigned long long>((*p)->id), cookie_name((*p)->cookie).c_str());
+        if (st != FiberState::running && f->context_saved.load(std::memory_order_acquire))
+          print_frames(out, sym, f->context,
+                       st == FiberState::parked || st == FiberState::parking ? h.wait.frame : nullptr,
+                       static_cast<const char*>(f->stack.base), reinterpret_cast<const char*>(&h));
+      },
+      100);
+  if (!listed) std::fputs("[the list of stacks stayed locked for 100 ms: started fibers not listed]\n", out);
+  else std::fprintf(out, "=== %zu started fibers listed ===\n", started);
+  std::fflush(out);
+}
+
+} // namespace coresched::detail

@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: Apache-2.0
+// Runtime::dump (issue 14): what it reports of fibers parked in each kind of
+// wait, of a worker that never yields, and of the cores.
+#include "test_support.hpp"
+
+#include <coresched/coresched.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+using namespace coresched;
+using test_support::topo;
+
+namespace {
+
+std::string dump_of(const Runtime& rt) {
+  char* buf = nullptr;
+  std::size_t len = 0;
+  std::FILE* f = open_memstream(&buf, &len);
+  REQUIRE(f);
+  rt.dump(f);
+  std::fclose(f);
+  std::string s(buf, len);
+  std::free(buf);
+  return s;
+}
+
+bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+// Waits (bounded) until `n` fibers of the dump are parked.
+template <class F> std::string dump_when(const Runtime& rt, F ready) {
+  std::string d;
+  for (int i = 0; i < 2000; ++i) {
+    d = dump_of(rt);
+    if (ready(d)) return d;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return d;
+}
+
+[[gnu::noinline]] void wait_in_a_named_function(Event& e) {
+  e.wait();
+  asm volatile("" ::: "memory"); // not a tail call: this frame stays on the stack
+}
+
+} // namespace
+
+TEST_CASE("the fiber dump names what each parked fiber waits for, with its frames", "[dump]") {
+  Runtime rt(topo("core:1 pu:2"));
+  Event release;
+  Mutex m;
+  Semaphore sem(0);
+  WaitGroup wg;
+  wg.add(1);
+  Channel<int> ch(0);
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+
+  auto event_waiter = rt.spawn([&] { wait_in_a_named_function(release); }, SpawnOptions{.cookie = Cookie::from_value(7)});
+  auto joiner = rt.spawn([&] { event_waiter.join(); });
+  auto mutex_holder = rt.spawn([&] {
+    m.lock();
+    release.wait();
+    m.unlock();
+  });
+  auto mutex_waiter = rt.spawn([&] {
+    while (m.try_lock()) { // until the holder has it
+      m.unlock();
+      this_fiber::yield();
+    }
+    m.lock();
+    m.unlock();
+  });
+  auto sem_waiter = rt.spawn([&] { sem.acquire(); });
+  auto wg_waiter = rt.spawn([&] { wg.wait(); });
+  auto ch_waiter = rt.spawn([&] { return ch.recv(); });
+  auto reader = rt.spawn([&] {
+    std::byte b[1];
+    return io::read(fds[0], b).value;
+  });
+  auto sleeper = rt.spawn([&] { this_fiber::sleep_for(std::chrono::seconds(30)); });
+
+  const std::string want_join = "join of fiber " + std::to_string(event_waiter.id());
+  const std::string want_read = "io read on fd " + std::to_string(fds[0]);
+  const std::string d = dump_when(rt, [&](const std::string& s) {
+    return has(s, want_join) && has(s, "Event at 0x") && has(s, "Mutex at 0x") && has(s, "Semaphore at 0x") &&
+           has(s, "WaitGroup at 0x") && has(s, "Channel recv at 0x") && has(s, want_read) && has(s, "sleep, ");
+  });
+  INFO(d);
+  CHECK(has(d, want_join));
+  CHECK(has(d, "Event at 0x"));
+  CHECK(has(d, "Mutex at 0x"));
+  CHECK(has(d, "Semaphore at 0x"));
+  CHECK(has(d, "WaitGroup at 0x"));
+  CHECK(has(d, "Channel recv at 0x"));
+  CHECK(has(d, want_read));
+  CHECK(has(d, "sleep, "));
+  CHECK(has(d, "fiber " + std::to_string(event_waiter.id()) + " cookie 7 parked"));
+  // Frames from the saved context, named: the runtime's wait and the test's own
+  // function (this file is built with frame pointers, as the README advises).
+  CHECK(has(d, "coresched::detail::WaitQueue::wait"));
+  CHECK(has(d, "wait_in_a_named_function(coresched::Event&) at test_dump.cpp:"));
+  CHECK(has(d, "core 0 (workers 0,1)"));
+  CHECK(has(d, "started fibers listed"));
+
+  release.set();
+  sem.release();
+  wg.done();
+  ch.send(1);
+  REQUIRE(::write(fds[1], "x", 1) == 1);
+  rt.shutdown(); // ends the sleep early
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
+TEST_CASE("the fiber dump returns while a fiber holds its worker", "[dump]") {
+  Runtime rt(topo("core:1 pu:2"));
+  std::atomic<bool> stop{false}, spinning{false};
+  auto spinner = rt.spawn([&] {
+    spinning = true;
+    while (!stop.load()) {} // no preemption point
+  }, SpawnOptions{.cookie = Cookie::from_value(3)});
+  auto other = rt.spawn([&] { this_fiber::sleep_for(std::chrono::milliseconds(1)); },
+                        SpawnOptions{.cookie = Cookie::from_value(4)});
+  while (!spinning) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const std::string d = dump_of(rt);
+  INFO(d);
+  CHECK(has(d, "runs fiber " + std::to_string(spinner.id()) + " (cookie 3)"));
+  CHECK(has(d, "fiber " + std::to_string(spinner.id()) + " cookie 3 running"));
+  stop = true;
+}
+
+TEST_CASE("the fiber dump lists fibers that never ran and a child run inline", "[dump]") {
+  Runtime rt(topo("core:1 pu:2"));
+  Event go;
+  std::atomic<std::uint64_t> child_id{0}, parent_id{0};
+  auto parent = rt.spawn([&] {
+    parent_id = this_fiber::id();
+    auto child = spawn([&] {
+      child_id = this_fiber::id();
+      go.wait();
+    });
+    child.join(); // runs inline: same cookie, not started
+  }, SpawnOptions{.pin_to_pu = 0});
+  // A fiber pinned behind a spinner never runs while the dump is taken.
+  std::atomic<bool> stop{false};
+  auto spinner = rt.spawn([&] { while (!stop.load()) {} }, SpawnOptions{.pin_to_pu = 1});
+  auto queued = rt.spawn([] {}, SpawnOptions{.pin_to_pu = 1});
+  const std::string d = dump_when(rt, [&](const std::string& s) {
+    return child_id.load() && has(s, "below it on the same stack: fiber " + std::to_string(parent_id.load()));
+  });
+  INFO(d);
+  CHECK(has(d, "fiber " + std::to_string(child_id.load()) + " cookie 0 parked"));
+  CHECK(has(d, "below it on the same stack: fiber " + std::to_string(parent_id.load())));
+  CHECK(has(d, "fiber " + std::to_string(queued.id()) + " cookie 0, pinned to PU 1, never ran"));
+  stop = true;
+  go.set();
+}
