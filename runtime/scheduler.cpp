@@ -67,8 +67,11 @@ Scheduler::Scheduler(Options options, Runtime* owner)
   }
   ticker_ = std::make_unique<Ticker>(std::chrono::nanoseconds(options_.slice) / 4, [this] { return tick(); });
   if (options_.kernel_cookie) maybe_kernel_cookie();
+  const int dump_signal = resolve_dump_signal(options_.dump_signal);
   log().info("{}", topology_.describe());
   start_workers();
+  debug_ = {nullptr, this, shared_stacks_.stack_list(), dump_signal};
+  register_runtime(&debug_);
 }
 
 void Scheduler::start_workers() {
@@ -337,6 +340,7 @@ void Scheduler::shutdown() {
   wake_all_workers();
   for (auto& w : workers_) w->join();
   ticker_->stop();
+  unregister_runtime(&debug_); // a dump signal during the shutdown above still reached it
   write_trace();
   const char* env = std::getenv("CORESCHED_STATS");
   if (env && std::string(env) == "1") std::fprintf(stderr, "%s", stats().to_table().c_str());

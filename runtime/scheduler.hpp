@@ -17,6 +17,8 @@
 #include <coresched/stats.hpp>
 #include <coresched/topology.hpp>
 
+#include "debug_registry.hpp"
+
 #include <atomic>
 #include <cstdio>
 #include <memory>
@@ -114,6 +116,7 @@ private:
   std::atomic<int> idle_count_{0};
   std::atomic<unsigned> next_external_{0};
   bool shut_down_ = false;
+  coresched_debug_runtime debug_{}; // this runtime in the process's list (debug_registry.hpp)
   std::mutex shutdown_mu_;
 };
 

@@ -60,6 +60,8 @@ public:
   /// locked (no stack is unmapped meanwhile). False if the lock stayed busy
   /// for `patience_ms` (the dump never waits long on a stuck runtime).
   template <class Fn> bool for_each_stack(Fn fn, int patience_ms) const;
+  /// The list's sentinel (for debuggers: debug_registry.hpp).
+  const void* stack_list() const noexcept { return &list_; }
 
 private:
   static constexpr std::size_t kMax = 4096;

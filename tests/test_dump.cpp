@@ -9,10 +9,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
@@ -163,4 +165,50 @@ TEST_CASE("the fiber dump lists fibers that never ran and a child run inline", "
   CHECK(has(d, "fiber " + std::to_string(queued.id()) + " cookie 0, pinned to PU 1, never ran"));
   stop = true;
   go.set();
+}
+
+TEST_CASE("the dump signal writes a fiber dump to stderr", "[dump]") {
+  // In a child process: the dump goes to its stderr, which the parent reads.
+  int out[2];
+  REQUIRE(::pipe(out) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::dup2(out[1], 2);
+    Options o = topo("core:1 pu:2");
+    o.dump_signal = SIGUSR2;
+    Runtime rt(o);
+    Event e;
+    auto h = rt.spawn([&] { wait_in_a_named_function(e); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ::kill(::getpid(), SIGUSR2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500)); // the dump thread writes meanwhile
+    e.set();
+    h.join();
+    std::_Exit(0);
+  }
+  ::close(out[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  ::close(out[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  INFO(text);
+  CHECK(WIFEXITED(status));
+  CHECK(has(text, "=== coresched fiber dump"));
+  CHECK(has(text, "waiting"));
+  CHECK(has(text, "Event at 0x"));
+}
+
+TEST_CASE("a dump signal that cannot be caught is refused with a message", "[dump]") {
+  Options o = topo("core:1 pu:1");
+  o.dump_signal = SIGKILL;
+  CHECK_THROWS_AS(Runtime(o), UsageError);
+  o.dump_signal = 0;
+  ::setenv("CORESCHED_DUMP_SIGNAL", "SIGNOPE", 1);
+  CHECK_THROWS_WITH(Runtime(o), Catch::Contains("CORESCHED_DUMP_SIGNAL=SIGNOPE"));
+  ::setenv("CORESCHED_DUMP_SIGNAL", "USR2", 1);
+  CHECK_NOTHROW(Runtime(o));
+  ::unsetenv("CORESCHED_DUMP_SIGNAL");
 }

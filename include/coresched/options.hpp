@@ -78,6 +78,14 @@ struct Options {
   /// level for every runtime from construction on; empty leaves the level as
   /// it is (initially CORESCHED_LOG, else "warn").
   std::string log_level;
+
+  /// A signal (e.g. SIGUSR2) that makes the runtime write a fiber dump
+  /// (Runtime::dump) to stderr; 0 means CORESCHED_DUMP_SIGNAL (a name such
+  /// as "SIGUSR2" or "USR2", or a number) or none. The handler only writes a
+  /// byte to a pipe; a thread of the runtime library writes the dump, so it is
+  /// safe whatever the signal interrupts. SIGKILL, SIGSTOP and unknown names
+  /// or numbers are a UsageError.
+  int dump_signal = 0;
 };
 
 /// Name of a policy, as used on command lines ("core_vruntime", "forceidle_balance").
