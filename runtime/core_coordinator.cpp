@@ -429,6 +429,11 @@ CoreSnapshot CoreCoordinator::snapshot(int patience_us) {
     snap.pus[i].sleeping = s.sleeping;
     snap.pus[i].queue = s.queue.size();
     snap.queued_total += s.queue.size();
+    s.queue.for_each_cookie([&](std::uint64_t cookie, std::size_t n) {
+      auto it = std::find_if(snap.runnable.begin(), snap.runnable.end(), [&](auto& r) { return r.first == cookie; });
+      if (it == snap.runnable.end()) snap.runnable.emplace_back(cookie, n);
+      else it->second += n;
+    });
     s.queue.for_each([&](const Fiber& f) {
       if (snap.queued.size() < CoreSnapshot::kMaxQueued)
         snap.queued.push_back({i, f.id, f.cookie, f.pinned, f.fresh});

@@ -100,6 +100,7 @@ struct CoreSnapshot {
   std::size_t queued_total = 0;
   struct Pu { std::uint64_t running; bool forced_idle, sleeping, preempt; std::size_t queue; };
   std::vector<Pu> pus;
+  std::vector<std::pair<std::uint64_t, std::size_t>> runnable; // fibers queued per cookie (all siblings)
   static constexpr std::size_t kMaxQueued = 64;
 };
 

@@ -30,6 +30,11 @@ public:
   bool empty() const noexcept { return size_ == 0; }
   /// Number of fibers queued with `cookie`.
   std::size_t count(std::uint64_t cookie) const noexcept;
+  /// Calls `fn(cookie, count)` for each cookie with fibers queued.
+  template <class Fn> void for_each_cookie(Fn fn) const {
+    for (const auto& l : lists_)
+      if (l.count) fn(l.cookie, l.count);
+  }
   /// Calls `fn(const Fiber&)` for each queued fiber, cookie by cookie (the fiber dump).
   template <class Fn> void for_each(Fn fn) const {
     for (const auto& l : lists_)

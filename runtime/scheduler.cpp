@@ -388,8 +388,18 @@ Stats Scheduler::stats() {
       cs.cookie = Cookie::from_value(cookie);
       cs.core_ns += ns;
     }
-    st.cores.push_back(CoreStats{c->index(), c->cookie_switches.load(std::memory_order_relaxed),
-                                 c->forced_idle_ns.load(std::memory_order_relaxed)});
+    CoreStats cs;
+    cs.core = c->index();
+    cs.cookie_switches = c->cookie_switches.load(std::memory_order_relaxed);
+    cs.forced_idle_ns = c->forced_idle_ns.load(std::memory_order_relaxed);
+    const CoreSnapshot snap = c->snapshot(1000);
+    cs.has_owner = snap.locked && !c->single_pu() && snap.owner != kNoCookie;
+    if (cs.has_owner) cs.owner = Cookie::from_value(snap.owner);
+    for (const auto& pu : snap.pus) cs.forced_idle_pus += pu.forced_idle;
+    for (auto [cookie, n] : snap.runnable) cs.queued.push_back({Cookie::from_value(cookie), n});
+    std::sort(cs.queued.begin(), cs.queued.end(),
+              [](const auto& a, const auto& b) { return a.cookie.value() < b.cookie.value(); });
+    st.cores.push_back(std::move(cs));
   }
   for (auto& [k, v] : cookies) st.cookies.push_back(v);
   std::sort(st.cookies.begin(), st.cookies.end(),

@@ -38,5 +38,7 @@ Command register_schbench(CLI::App& parent);
 Command register_hackbench(CLI::App& parent);
 /// seed 002: a compute tenant against a request tenant with different cookies, per fairness policy.
 Command register_tenants(CLI::App& parent);
+/// A live view (per core: owner, forced idle, queued per cookie, hand-overs/s) over a multi-tenant workload.
+Command register_top(CLI::App& parent);
 
 } // namespace coresched::bench

@@ -14,7 +14,8 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Help for every subcommand");
   // One entry per benchmark; a new subcommand is one more line here.
   const std::vector<Command> commands{register_matrix(app), register_latt(app), register_schbench(app),
-                                      register_hackbench(app), register_tenants(app)};
+                                      register_hackbench(app), register_tenants(app),
+                                      register_top(app)};
 
   CLI11_PARSE(app, argc, argv);
   try {

@@ -28,6 +28,18 @@ struct CoreStats {
   unsigned core = 0;
   std::uint64_t cookie_switches = 0; ///< Times the core's running cookie changed.
   std::uint64_t forced_idle_ns = 0;  ///< Sibling time spent forced idle.
+  /// The cookie holding the core at the snapshot (SMT cores; false while the
+  /// whole core idles, on single-PU cores, or when its lock stayed busy).
+  bool has_owner = false;
+  Cookie owner;                      ///< Valid when has_owner.
+  unsigned forced_idle_pus = 0;      ///< Siblings forced idle at the snapshot.
+  /// One queued fiber count per cookie at the snapshot.
+  struct Queued {
+    Cookie cookie;           ///< The cookie.
+    std::uint64_t fibers = 0; ///< Its fibers queued on this core.
+  };
+  /// Fibers queued on the core per cookie at the snapshot (ascending cookie).
+  std::vector<Queued> queued;
 };
 
 /// What one worker (PU) did.

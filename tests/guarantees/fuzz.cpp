@@ -98,6 +98,7 @@ private:
         std::fprintf(stderr, "coresched-fuzz: HANG: not finished after %lld ms: %s\nfibers still pending:\n%s%s",
                      static_cast<long long>(limit_.count()), what_.c_str(), ex_->pending().c_str(),
                      ex_->stats().c_str());
+        ex_->dump(stderr); // the runtime's own view: cores, owners, queues, what each fiber waits for
         std::fflush(stderr);
         if (gdb) {
           const std::string cmd = "gdb -p " + std::to_string(getpid()) +

@@ -606,4 +606,9 @@ std::string Execution::stats() const {
   return impl_->rt ? impl_->rt->stats().to_table() : std::string("(no runtime yet)\n");
 }
 
+void Execution::dump(std::FILE* out) const {
+  std::lock_guard lk(impl_->rt_mu);
+  if (impl_->rt) impl_->rt->dump(out);
+}
+
 } // namespace fuzz

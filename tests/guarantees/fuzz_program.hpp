@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -150,6 +151,8 @@ public:
   Outcome run();
   /// Thread-safe, for the watchdog: the fibers not finished and where each is.
   std::string pending() const;
+  /// Thread-safe, for the watchdog: the runtime's fiber dump (Runtime::dump), if it exists.
+  void dump(std::FILE* out) const;
   /// Thread-safe, for the watchdog: the runtime's statistics table (if it exists).
   std::string stats() const;
 

@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file live_view.hpp
+/// A live view of a running runtime for a person watching a benchmark: every
+/// interval, per core, which cookie owns it, the forced-idle share of its
+/// siblings' time, the fibers queued per cookie and the hand-overs (cookie
+/// changes) per second; per cookie, its share of the CPU time. Computed from
+/// two Runtime::stats() snapshots, so it costs the runtime one snapshot per
+/// interval and nothing on its hot paths.
+
+#include <coresched/runtime.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace coresched::bench {
+
+class LiveView {
+public:
+  /// Starts printing to `out` every `interval`: a plain table, or with `json`
+  /// one JSON object per line.
+  LiveView(const Runtime& rt, std::FILE* out, std::chrono::milliseconds interval, bool json);
+  /// Stops (and prints nothing more).
+  ~LiveView();
+  LiveView(const LiveView&) = delete;
+  LiveView& operator=(const LiveView&) = delete;
+
+  /// One frame of the view for the change from `before` to `after` over
+  /// `seconds` (also what the thread prints; public for tests).
+  static std::string frame(const Stats& before, const Stats& after, double seconds, const Topology& topo, bool json,
+                           double t);
+
+private:
+  void loop();
+
+  const Runtime& rt_;
+  std::FILE* out_;
+  std::chrono::milliseconds interval_;
+  bool json_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_; // last: starts once the fields above exist
+};
+
+} // namespace coresched::bench

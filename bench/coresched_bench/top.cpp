@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+// `coresched-bench top`: the live view (live_view.hpp) over a workload of
+// several tenants, so a person can watch cores change hands: `--cookies`
+// compute tenants whose fibers spin with preemption points, and optionally a
+// request tenant whose fibers sleep and wake. An application shows the same
+// view of its own runtime with a LiveView (bench/coresched_bench/live_view.hpp).
+#include "cli_options.hpp"
+#include "commands.hpp"
+#include "common.hpp"
+#include "live_view.hpp"
+
+#include <coresched/coresched.hpp>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <vector>
+
+namespace coresched::bench::top {
+namespace {
+
+struct Settings {
+  unsigned cookies = 2;
+  unsigned fibers = 0; ///< per compute tenant; 0: one per PU
+  unsigned request_fibers = 0;
+  double time_s = 10;
+  unsigned interval_ms = 1000;
+  bool json = false;
+  std::optional<FairnessPolicy> policy;
+  std::string topology;
+};
+
+void add_options(CLI::App& sub, Settings& s) {
+  sub.add_option("--cookies", s.cookies, "Compute tenants, each under its own cookie")
+      ->capture_default_str()->check(CLI::Range(1u, 64u));
+  sub.add_option("--fibers", s.fibers, "Fibers per compute tenant (default: one per PU)")->check(CLI::Range(1u, 100000u));
+  sub.add_option("--request-fibers", s.request_fibers,
+                 "Fibers of one more tenant that sleep 1 ms and compute ~50 us per request (default: none)")
+      ->check(CLI::Range(0u, 100000u));
+  sub.add_option("--time", s.time_s, "Seconds to run")->capture_default_str()->check(positive_seconds());
+  sub.add_option("--interval", s.interval_ms, "Milliseconds between frames")
+      ->capture_default_str()->check(CLI::Range(10u, 3'600'000u));
+  sub.add_flag("--json", s.json, "One JSON object per frame on stdout instead of the table");
+  add_policy_option(sub, s.policy);
+  add_topology_option(sub, s.topology, true);
+}
+
+// Spins for about `ns`, reaching a preemption point every few microseconds.
+void compute(std::chrono::nanoseconds ns) {
+  const auto end = std::chrono::steady_clock::now() + ns;
+  while (std::chrono::steady_clock::now() < end) {
+    for (int i = 0; i < 2000; ++i) asm volatile("" ::: "memory");
+    this_fiber::preempt_point();
+  }
+}
+
+int run(const Settings& s) {
+  Runtime rt(runtime_options(smt_topology("top", s.topology), s.policy, std::nullopt));
+  const unsigned pus = static_cast<unsigned>(rt.topology().pus().size());
+  const unsigned per = s.fibers ? s.fibers : pus;
+  if (!s.json)
+    print_header("top", rt,
+                 {{"compute tenants", std::to_string(s.cookies)},
+                  {"fibers per tenant", std::to_string(per)},
+                  {"request fibers", std::to_string(s.request_fibers)},
+                  {"interval ms", std::to_string(s.interval_ms)}});
+  std::atomic<bool> stop{false};
+  std::vector<JoinHandle<void>> hs;
+  for (unsigned c = 0; c < s.cookies; ++c) {
+    const Cookie cookie = Cookie::create();
+    for (unsigned i = 0; i < per; ++i)
+      hs.push_back(rt.spawn([&] { while (!stop.load(std::memory_order_relaxed)) compute(std::chrono::microseconds(200)); },
+                            SpawnOptions{.cookie = cookie}));
+  }
+  if (s.request_fibers) {
+    const Cookie cookie = Cookie::create();
+    for (unsigned i = 0; i < s.request_fibers; ++i)
+      hs.push_back(rt.spawn([&] {
+        while (!stop.load(std::memory_order_relaxed)) {
+          this_fiber::sleep_for(std::chrono::milliseconds(1));
+          compute(std::chrono::microseconds(50));
+        }
+      }, SpawnOptions{.cookie = cookie}));
+  }
+  {
+    LiveView view(rt, stdout, std::chrono::milliseconds(s.interval_ms), s.json);
+    std::this_thread::sleep_for(std::chrono::duration<double>(s.time_s));
+  }
+  stop = true;
+  hs.clear();
+  return 0;
+}
+
+} // namespace
+} // namespace coresched::bench::top
+
+namespace coresched::bench {
+Command register_top(CLI::App& parent) {
+  return make_command<top::Settings>(
+      parent, "top",
+      "A live view of a running workload: per core its owner cookie, forced-idle share, queued fibers per cookie "
+      "and hand-overs per second, once per interval (a table, or JSON lines)",
+      top::add_options, top::run);
+}
+} // namespace coresched::bench
