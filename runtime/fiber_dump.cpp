@@ -47,7 +47,7 @@ std::string duration(std::uint64_t ns) {
   return fmt::format("{:.0f} us", static_cast<double>(ns) / 1e3);
 }
 
-std::string describe_wait(const WaitInfo& w, std::uint64_t now) {
+__attribute__((no_sanitize_thread)) std::string describe_wait(const WaitInfo& w, std::uint64_t now) {
   const std::string name = w.what ? w.what : "?";
   switch (w.kind) {
   case WaitKind::join: return fmt::format("join of fiber {}", w.arg);
@@ -121,7 +121,7 @@ private:
 // return address into it); otherwise at the saved context, where
 // Boost.Context's jump_fcontext leaves rbp at +0x30 and its return address
 // at +0x38 (x86-64 System V).
-void print_frames(std::FILE* out, Symbolizer& sym, const void* context, const void* frame, const char* lo,
+__attribute__((no_sanitize_thread, no_sanitize_address)) void print_frames(std::FILE* out, Symbolizer& sym, const void* context, const void* frame, const char* lo,
                   const char* hi) {
   const auto* start = static_cast<const char*>(frame ? frame : context);
   const std::size_t need = frame ? 16 : 0x40;
@@ -183,9 +183,10 @@ __attribute__((no_sanitize_thread)) void Scheduler::dump(std::FILE* out) {
       const Worker::View& v = views[wi];
       const auto& pu = snap.pus[s];
       std::string what;
-      if (v.running)
-        what = fmt::format("runs fiber {} (cookie {})", v.running->id, cookie_name(v.running->cookie));
-      else if (v.forced)
+      if (v.running) {
+        const std::uint64_t id = v.running->id, cookie = v.running->cookie; // plain loads here (see below)
+        what = fmt::format("runs fiber {} (cookie {})", id, cookie_name(cookie));
+      } else if (v.forced)
         what = fmt::format("forced idle for {}, wants cookie {}, core held by cookie {}",
                            duration(now - std::min(now, v.forced_since_ns)), cookie_name(v.forced_wanted),
                            cookie_name(v.forced_blocker));
@@ -208,7 +209,10 @@ __attribute__((no_sanitize_thread)) void Scheduler::dump(std::FILE* out) {
 
   std::size_t started = 0;
   const bool listed = shared_stacks_.for_each_stack(
-      [&](const StackHeader& h) {
+      [&](const StackHeader& h) __attribute__((no_sanitize_thread)) {
+        // Plain loads into locals here, where TSan is told not to look (the
+        // helpers below take references and would be instrumented).
+        const WaitInfo wait{h.wait.kind, h.wait.what, h.wait.object, h.wait.arg, h.wait.since_ns, h.wait.frame};
         const Fiber* owner = h.running.load(std::memory_order_acquire);
         if (!owner) return; // pooled
         // The innermost fiber on the stack is the one that runs or waits;
@@ -218,21 +222,26 @@ __attribute__((no_sanitize_thread)) void Scheduler::dump(std::FILE* out) {
         const Fiber* f = chain.back();
         started += chain.size();
         const FiberState st = f->state.load(std::memory_order_acquire);
-        std::string line = fmt::format("fiber {} cookie {} {}", f->id, cookie_name(f->cookie), state_name(st));
-        if (st == FiberState::running) line += fmt::format(" on worker {}", f->last_worker);
-        else line += fmt::format(", last on worker {}", f->last_worker);
-        if (f->pinned != kNotPinned) line += fmt::format(", pinned to PU {}", f->pinned);
-        if (st == FiberState::parked || st == FiberState::parking)
-          line += fmt::format(", waiting {} for {}", duration(now - std::min(now, h.wait.since_ns)),
-                              describe_wait(h.wait, now));
+        const std::uint64_t id = f->id, cookie = f->cookie;
+        const unsigned last_worker = f->last_worker;
+        const int pinned = f->pinned;
+        const bool parked = st == FiberState::parked || st == FiberState::parking;
+        const std::uint64_t since = wait.since_ns > now ? now : wait.since_ns;
+        std::string line = fmt::format("fiber {} cookie {} {}", id, cookie_name(cookie), state_name(st));
+        if (st == FiberState::running) line += fmt::format(" on worker {}", last_worker);
+        else line += fmt::format(", last on worker {}", last_worker);
+        if (pinned != kNotPinned) line += fmt::format(", pinned to PU {}", pinned);
+        if (parked) line += fmt::format(", waiting {} for {}", duration(now - since), describe_wait(wait, now));
         std::fprintf(out, "%s\n", line.c_str());
-        for (auto p = chain.rbegin() + 1; p != chain.rend(); ++p)
+        for (auto p = chain.rbegin() + 1; p != chain.rend(); ++p) {
+          const std::uint64_t pid = (*p)->id, pcookie = (*p)->cookie;
           std::fprintf(out, "    below it on the same stack: fiber %llu cookie %s, joining it inline\n",
-                       static_cast<unsigned long long>((*p)->id), cookie_name((*p)->cookie).c_str());
+                       static_cast<unsigned long long>(pid), cookie_name(pcookie).c_str());
+        }
+        const void* context = f->context;
+        const char* base = static_cast<const char*>(f->stack.base);
         if (st != FiberState::running && f->context_saved.load(std::memory_order_acquire))
-          print_frames(out, sym, f->context,
-                       st == FiberState::parked || st == FiberState::parking ? h.wait.frame : nullptr,
-                       static_cast<const char*>(f->stack.base), reinterpret_cast<const char*>(&h));
+          print_frames(out, sym, context, parked ? wait.frame : nullptr, base, reinterpret_cast<const char*>(&h));
       },
       100);
   if (!listed) std::fputs("[the list of stacks stayed locked for 100 ms: started fibers not listed]\n", out);

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstddef>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 namespace coresched::detail {
@@ -68,12 +69,16 @@ private:
   std::size_t stack_size_;
   std::mutex mu_;
   std::vector<Stack> free_;
-  mutable std::timed_mutex list_mu_; // guards the list below: taken only to map, unmap and dump
+  mutable std::mutex list_mu_; // guards the list below: taken only to map, unmap and dump
   StackHeader list_;                 // sentinel of the circular list of mapped stacks (empty: null links)
 };
 
 template <class Fn> bool SharedStackPool::for_each_stack(Fn fn, int patience_ms) const {
-  if (!list_mu_.try_lock_for(std::chrono::milliseconds(patience_ms))) return false;
+  // try_lock in steps, not timed_mutex: TSan (g++ 12) does not see pthread_mutex_clocklock.
+  for (int waited = 0; !list_mu_.try_lock(); ++waited) {
+    if (waited >= patience_ms) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   for (const StackHeader* h = list_.next; h && h != &list_; h = h->next) fn(*h);
   list_mu_.unlock();
   return true;
