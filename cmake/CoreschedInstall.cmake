@@ -29,3 +29,6 @@ install(FILES ${PROJECT_BINARY_DIR}/coreschedConfig.cmake ${PROJECT_BINARY_DIR}/
 file(RELATIVE_PATH CORESCHED_PC_TO_PREFIX /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
 configure_file(${PROJECT_SOURCE_DIR}/cmake/coresched.pc.in ${PROJECT_BINARY_DIR}/coresched.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/coresched.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# The gdb extension (`source <prefix>/share/coresched/gdb/coresched.py`; see the README).
+install(FILES ${PROJECT_SOURCE_DIR}/tools/gdb/coresched.py DESTINATION ${CMAKE_INSTALL_DATADIR}/coresched/gdb)
