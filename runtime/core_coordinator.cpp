@@ -84,9 +84,21 @@ void CoreCoordinator::arrive(CookieEntry& e) {
 }
 
 // Call with the books current (after a checkpoint, or with no owner).
+//
+// forceidle_balance places a newcomer level with the owner (0), but never
+// ahead of a cookie already waiting: it joins the back of the line. Placed at
+// 0, a cookie whose fibers sleep and wake again and again jumped ahead of a
+// cookie that owed time (negative `waited`, after a long turn) at every
+// wake-up; both then gained the same until the newcomer owned the core, and
+// set_owner's rebase took back exactly what the debtor had gained: two such
+// rivals starved it for good (fuzzer seed 1161: 5 s without a run, its
+// `waited` stuck at -135 ms in the fiber dump).
 void CoreCoordinator::place(CookieEntry& e) {
   e.vruntime = std::max(e.vruntime, min_vruntime_);
-  e.waited = 0;
+  std::int64_t floor = 0;
+  for (const auto& o : cookies_)
+    if (&o != &e && o.runnable && o.cookie != owner_) floor = std::min(floor, o.waited - 1);
+  e.waited = floor;
 }
 
 std::uint64_t CoreCoordinator::other_running(unsigned s) const noexcept {

@@ -247,6 +247,29 @@ void sleepers(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
   run_for(sim, rng.range(2000, 4000) * kSlice);
 }
 
+// A cookie that holds the core long (preempt points 20-60 ms apart) against
+// two rivals that take turns, one of them a single fiber that sleeps and
+// wakes (fuzzer seed 1161): each long turn leaves it far behind in `waited`,
+// and it must still own the core again within a few of its own turns.
+void debtor(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
+  const std::uint64_t gap = rng.range(20, 60) * 1000 * kUs;
+  sim.arrival_bound = kNever;
+  sim.wait_bound = 6 * gap + 4 * sim.turn;
+  sim.fiber_bound = kNever;
+  FiberSpec slow;
+  slow.cookie = 1;
+  slow.pp_gap = gap;
+  for (unsigned i = 0; i < (rng.chance(0.5) ? 1u : pus); ++i) sim.add(slow, sim.now());
+  spawn(sim, rng, 2, static_cast<int>(rng.range(2, 3)));
+  // The other rival's fiber sleeps and wakes: every wake-up is an arrival.
+  FiberSpec sleeper = busy(3, rng);
+  sleeper.run_mean = rng.range(50, 400) * kUs;
+  sleeper.sleep_mean = rng.range(50, 400) * kUs;
+  sim.add(sleeper, sim.now());
+  run_for(sim, rng.range(1000, 3000) * kSlice);
+  if (!sim.failed() && sim.log(1).owned_ns == 0) sim.fail("debtor: cookie 1 never owned the core");
+}
+
 // Each cookie's fibers are all pinned to one sibling (its own, the same one,
 // or only one cookie pinned): hand-overs go through forced idle and wake-ups.
 void pinned(CoreSim& sim, Rng& rng, unsigned pus, Report& rep) {
@@ -362,6 +385,7 @@ TEST_CASE("sim: a cookie arriving after a long solo run of another", "[sim]") {
 TEST_CASE("sim: cookies departing and coming back", "[sim]") { simulate("departures", departures, 32); }
 TEST_CASE("sim: sleepers waking on timers", "[sim]") { simulate("sleepers", sleepers, 8); }
 TEST_CASE("sim: cookies pinned to one sibling", "[sim]") { simulate("pinned", pinned, 24); }
+TEST_CASE("sim: a cookie with long turns against two rivals", "[sim]") { simulate("debtor", debtor, 16); }
 TEST_CASE("sim: many cookies", "[sim]") { simulate("many_cookies", many_cookies, 12); }
 TEST_CASE("sim: one fiber of A against twenty of B", "[sim]") { simulate("one_vs_twenty", one_vs_twenty, 24); }
 TEST_CASE("sim: set_cookie storms", "[sim]") {
