@@ -2,6 +2,7 @@
 // coresched::io over the calling worker's IoRing: prepare an SQE, park the
 // fiber, and let the worker's completion reaping wake it.
 #include "io_ring.hpp"
+#include "scheduler.hpp"
 #include "spin_lock.hpp"
 #include "worker.hpp"
 
@@ -91,10 +92,15 @@ template <class Prep> Result run(const detail::WaitInfo& why, const OpOptions& o
     ts = to_timespec(*o.timeout);
     ring.link_timeout(sqe, &op, &ts);
   }
-  if (o.cancel && !CancellationAccess::attach(*o.cancel, &ring, &op)) {
-    // Cancelled before it started: cancel it at once, through the ring (the SQE is queued already).
-    ring.request_cancel(&op, op.seq);
-  }
+  // Cancelled before it started, or begun after shutdown did: cancel it at
+  // once, through the ring (the SQE is queued already). A worker cancels its
+  // in-flight I/O only once, when it first sees the runtime stopping
+  // (Worker::poll_io); an operation begun after that pass would otherwise
+  // wait for ever and keep shutdown waiting for its fiber. This fiber runs on
+  // the thread that made that pass, so if the pass is behind us it saw
+  // `stopping` before this load does.
+  const bool refused = o.cancel && !CancellationAccess::attach(*o.cancel, &ring, &op);
+  if (refused || w.scheduler().stopping()) ring.request_cancel(&op, op.seq);
   op.fiber->state.store(detail::FiberState::parking, std::memory_order_release);
   w.park(why); // submits the SQE, now or with the worker's next batch (Worker::poll_io) // `w` may be another worker when we resume; only `op` is used below
   if (o.cancel) CancellationAccess::detach(*o.cancel);

@@ -161,27 +161,29 @@ void IoRing::drain_cancels() {
     ops.swap(cancels_);
     cancels_pending_.store(false, std::memory_order_relaxed);
   }
-  for (auto [op, seq] : ops) {
-    if (!inflight_ops_.count(op) || op->seq != seq) continue; // already finished
-    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-    if (!sqe) {
-      submit();
-      sqe = io_uring_get_sqe(&ring_);
-    }
-    io_uring_prep_cancel64(sqe, tagged(op, kTagOp), 0);
-    io_uring_sqe_set_data64(sqe, tagged(nullptr, kTagIgnore));
-    }
+  for (auto [op, seq] : ops)
+    if (inflight_ops_.count(op) && op->seq == seq) queue_cancel(op); // else it has finished already
 }
 
-void IoRing::cancel_all() {
-  if (inflight_ == 0) return;
+void IoRing::queue_cancel(IoOp* op) {
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
   if (!sqe) {
     submit();
     sqe = io_uring_get_sqe(&ring_);
   }
-  io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+  io_uring_prep_cancel64(sqe, tagged(op, kTagOp), 0);
   io_uring_sqe_set_data64(sqe, tagged(nullptr, kTagIgnore));
+}
+
+// One cancellation per operation, by its user_data, not one with
+// IORING_ASYNC_CANCEL_ANY: Linux 6.1 never initialises a timeout request's
+// cancel sequence, so a request recycled from an earlier ring's cancelled one
+// can carry the sequence number of this ring's first ANY cancellation, which
+// then skips it as already seen. Two fibers in a 1 h sleep outlived shutdown
+// that way in the SMT guest (each new runtime's first cancel has sequence 1).
+// A cancellation by user_data does not look at the sequence.
+void IoRing::cancel_all() {
+  for (IoOp* op : inflight_ops_) queue_cancel(op);
   submit();
 }
 

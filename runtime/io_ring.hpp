@@ -89,6 +89,8 @@ private:
   void arm_wakeup();
   void complete(io_uring_cqe* cqe, std::vector<Fiber*>& done);
   void drain_cancels();
+  /// Queues a cancellation of `op` by its user_data (submitted with the next batch).
+  void queue_cancel(IoOp* op);
   /// Whether completions wait in the kernel until we enter it.
   bool events_pending() const noexcept;
   /// Queued SQEs were submitted.
