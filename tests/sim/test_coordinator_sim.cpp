@@ -270,6 +270,43 @@ void debtor(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
   if (!sim.failed() && sim.log(1).owned_ns == 0) sim.fail("debtor: cookie 1 never owned the core");
 }
 
+// The fuzzer's seed-1161 starvation, reproduced: this fails without commit
+// 2249487 (`debtor` above passes either way). forceidle_balance used to place
+// a cookie arriving or waking level with the owner (waited 0). Here cookie 1
+// gets into debt by a long turn of its own (preempt points 5-10 ms apart),
+// and both rivals are single fibers that run briefly (~100-300 us, under the
+// granularity) and sleep ~1 us: every turn ends with the owner parking, and
+// the other rival, woken ~1 us into that turn, was put level with the owner
+// and so ahead of the debtor; the two then gained alike, and set_owner's
+// rebase at the hand-over took back what the debtor had gained. It gained
+// ~1 us a turn against milliseconds of debt and got the core only when a
+// sleep happened to outlast the owner's burst: after 27-123 ms (320 seeded
+// runs; the real run: 5 s, its waited stuck at -135 ms). Joining the back of
+// the line, the waking rival queues behind the debtor, which owns the core
+// at the next hand-over (within ~3 ms here). `debtor` misses it because its
+// busy rival stays runnable, keeps its waited across turns, and loses a whole
+// turn to the debtor every turn. The bound is core_vruntime's: the debtor
+// waits until both rivals have owned what it owned, two of its turns (up to
+// ~19 ms here). That is also why its turns are 5-10 ms, not the 20-60 ms of
+// `debtor`: the chance that ends the old starvation does not grow with them.
+void debtor_sleepers(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
+  const std::uint64_t gap = rng.range(5, 10) * 1000 * kUs;
+  sim.arrival_bound = kNever; // a rival waking just after its turn owes the others first: see sleepers
+  sim.wait_bound = 2 * gap + 4 * sim.turn;
+  FiberSpec slow;
+  slow.cookie = 1;
+  slow.pp_gap = gap;
+  for (unsigned i = 0; i < (rng.chance(0.5) ? 1u : pus); ++i) sim.add(slow, sim.now());
+  for (std::uint64_t c = 2; c <= 3; ++c) {
+    FiberSpec f = busy(c, rng);
+    f.run_mean = rng.range(100, 300) * kUs;
+    f.sleep_mean = kUs;
+    sim.add(f, sim.now());
+  }
+  run_for(sim, rng.range(1000, 3000) * kSlice);
+  if (!sim.failed() && sim.log(1).owned_ns == 0) sim.fail("debtor_sleepers: cookie 1 never owned the core");
+}
+
 // Each cookie's fibers are all pinned to one sibling (its own, the same one,
 // or only one cookie pinned): hand-overs go through forced idle and wake-ups.
 void pinned(CoreSim& sim, Rng& rng, unsigned pus, Report& rep) {
@@ -386,6 +423,9 @@ TEST_CASE("sim: cookies departing and coming back", "[sim]") { simulate("departu
 TEST_CASE("sim: sleepers waking on timers", "[sim]") { simulate("sleepers", sleepers, 8); }
 TEST_CASE("sim: cookies pinned to one sibling", "[sim]") { simulate("pinned", pinned, 24); }
 TEST_CASE("sim: a cookie with long turns against two rivals", "[sim]") { simulate("debtor", debtor, 16); }
+TEST_CASE("sim: a cookie in debt against two rivals that sleep and wake", "[sim]") {
+  simulate("debtor_sleepers", debtor_sleepers, 16);
+}
 TEST_CASE("sim: many cookies", "[sim]") { simulate("many_cookies", many_cookies, 12); }
 TEST_CASE("sim: one fiber of A against twenty of B", "[sim]") { simulate("one_vs_twenty", one_vs_twenty, 24); }
 TEST_CASE("sim: set_cookie storms", "[sim]") {
