@@ -3,14 +3,16 @@
 # the normal run then also checks the installed package (find_package and
 # pkg-config, the examples built against it) and the hot paths' instruction
 # budgets (callgrind, bench/budget/).
-#   scripts/test.sh                  # normal build (build-test/)
+#   scripts/test.sh                  # normal build (build-test/), with the vm tests
 #   scripts/test.sh --sanitize address   # ASan+UBSan (build-asan/)
 #   scripts/test.sh --sanitize thread    # TSan (build-tsan/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sanitize=""
 if [ "${1:-}" = "--sanitize" ]; then sanitize="${2:?--sanitize needs address or thread}"; fi
-bash scripts/deps.sh
+# The plain suite also runs the `vm` tests (tests/vm: real SMT siblings and the kernel's core scheduling in a
+# QEMU guest), so it installs qemu and the guest kernel's build dependencies; CORESCHED_VM_TESTS=0 skips them.
+if [ -z "$sanitize" ] && [ "${CORESCHED_VM_TESTS:-1}" != 0 ]; then bash scripts/deps.sh --vm; else bash scripts/deps.sh; fi
 dir=build-test
 [ -n "$sanitize" ] && dir="build-${sanitize/address/asan}" && dir="${dir/thread/tsan}"
 jobs=$(nproc)

@@ -36,9 +36,12 @@ void add_options(CLI::App& sub, Settings& s) {
   sub.add_option("--memory-block-size", s.block_bytes, "Bytes written by one memory event (K/M/G suffixes)")
       ->default_str("1K")->transform(CLI::AsSizeValue(false))->check(multiple_of_8());
   sub.add_option("--memory-buffer-size", s.buffer_bytes,
-                 "Shared buffer the memory events walk through, block by block (K/M/G; equal to the block size "
-                 "reproduces sysbench, which rewrites one block)")
-      ->default_str("64M")->transform(CLI::AsSizeValue(false))->check(multiple_of_8());
+                 "Shared buffer the memory events walk through, block by block (K/M/G; default: one block, as "
+                 "sysbench rewrites one; a larger one, 64M say, streams past the caches)")
+      ->default_str("1K")->transform(CLI::AsSizeValue(false))->check(multiple_of_8());
+  sub.add_flag("!--no-sysbench-bookkeeping", s.sysbench_bookkeeping,
+               "Leave out sysbench's per-event work (three clock reads, a mutex, a latency histogram update) that "
+               "our loops otherwise pay, as sysbench does, so that our figures compare with its");
   add_topology_option(sub, s.topology, true);
   add_policy_option(sub, s.policy);
   std::vector<std::string> names;
@@ -47,7 +50,8 @@ void add_options(CLI::App& sub, Settings& s) {
       ->check(CLI::IsMember(names));
   add_json_option(sub, s.json_path);
   sub.add_flag("--compare-sysbench", s.compare_sysbench,
-               "Also run sysbench (if in PATH) pinned with taskset for Alone and nosmt, and print our/their ratio");
+               "Also run the matrix as real sysbench processes (if in PATH), pinned and tagged with kernel cookies by "
+               "coresched-tag-exec (untagged configurations only where the kernel cannot tag), and print our/their ratio");
   sub.add_flag("--compare-kernel", s.compare_kernel,
                "Also run the pairs as plain threads with kernel core-scheduling cookies (PR_SCHED_CORE), if the "
                "kernel supports it");
@@ -88,8 +92,12 @@ void print_matrix_header(const Settings& s, const Runtime& rt, const Place& p, s
       {"time", fmt::format("{} s per run", s.time_s)},
       {"runs", fmt::format("{} per configuration", s.runs)},
       {"cpu event", fmt::format("primes below {} ({} per event)", s.cpu_max_prime, primes)},
-      {"memory event", fmt::format("{} B of 64-bit stores, walking a {} B shared buffer", s.block_bytes,
-                                   s.buffer_bytes)},
+      {"memory event", fmt::format("{} B of 32-bit stores (as sysbench's), {}", s.block_bytes,
+                                   s.buffer_bytes <= s.block_bytes
+                                       ? std::string("rewriting one block (as sysbench)")
+                                       : fmt::format("walking a {} B shared buffer", s.buffer_bytes))},
+      {"per event", s.sysbench_bookkeeping ? "sysbench's bookkeeping (3 clock reads, a mutex, a histogram update)"
+                                           : "no bookkeeping (--no-sysbench-bookkeeping)"},
   });
 }
 
@@ -113,11 +121,11 @@ Run run_fibers(Runtime& rt, const Settings& s, const Place& p, MemoryBuffer& buf
   const std::uint64_t idle_before = rt.stats().cores[p.core].forced_idle_ns;
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = after(start, s.time_s);
-  auto cpu = rt.spawn([deadline, prime = s.cpu_max_prime] { return cpu_loop(deadline, prime); },
+  auto cpu = rt.spawn([deadline, prime = s.cpu_max_prime, bk = s.sysbench_bookkeeping] { return cpu_loop(deadline, prime, bk); },
                       spawn_options(p, c.cpu, cookies));
   JoinHandle<Work> mem;
   if (c.mem)
-    mem = rt.spawn([deadline, &buf] { return mem_loop(deadline, buf); }, spawn_options(p, *c.mem, cookies));
+    mem = rt.spawn([deadline, &buf, bk = s.sysbench_bookkeeping] { return mem_loop(deadline, buf, bk); }, spawn_options(p, *c.mem, cookies));
   Run r;
   r.cpu = cpu.join();
   if (c.mem) r.mem = mem.join();
@@ -155,6 +163,7 @@ void write_json_head(JsonWriter& j, const Settings& s, const Runtime& rt, const 
   j.field("time_s", s.time_s).field("runs", s.runs).field("cpu_max_prime", s.cpu_max_prime);
   j.field("primes_per_cpu_event", primes);
   j.field("memory_block_size_bytes", s.block_bytes).field("memory_buffer_size_bytes", s.buffer_bytes);
+  j.field("sysbench_bookkeeping", s.sysbench_bookkeeping);
   j.key("units").begin_object();
   j.field("cpu_events_per_s", "events/s").field("mem_mib_per_s", "MiB/s (2^20 bytes/s)");
   j.field("forced_idle_pct", "% of run time x siblings").field("elapsed_s", "s").field("forced_idle_ns", "ns");
@@ -177,7 +186,19 @@ int run(const Settings& s) {
   print_matrix_header(s, rt, *place, primes);
   MemoryBuffer buf(s.block_bytes, s.buffer_bytes);
 
-  const auto rows = run_rows("matrix", s, [&](const Config& c) { return run_fibers(rt, s, *place, buf, c); });
+  // The comparisons run interleaved with ours, run by run (run_ways), so
+  // their notes and any reason one cannot run come first.
+  std::vector<Comparison> comparisons;
+  if (s.compare_sysbench) comparisons.push_back(sysbench_comparison(s, *place));
+  if (s.compare_kernel) comparisons.push_back(kernel_comparison(s, *place, rt.topology(), buf));
+  std::vector<Way> ways{{"matrix", s, [&](const Config& c) { return run_fibers(rt, s, *place, buf, c); }}};
+  for (const auto& c : comparisons) {
+    if (c.unavailable.empty()) ways.push_back(c.way);
+    else std::printf("%s comparison skipped: %s\n", c.key.c_str(), c.unavailable.c_str());
+  }
+  std::fflush(stdout);
+  const auto results = run_ways(ways);
+  const auto& rows = results.front();
   std::fputs(("\n" + render_rows(rows, s.block_bytes)).c_str(), stdout);
   std::fflush(stdout);
 
@@ -187,8 +208,10 @@ int run(const Settings& s) {
   j.key("configs").begin_array();
   for (const auto& r : rows) write_row(j, r, s);
   j.end_array();
-  if (s.compare_sysbench) compare_sysbench(s, *place, rows, j);
-  if (s.compare_kernel) compare_kernel(s, *place, rt.topology(), buf, rows, j);
+  for (std::size_t k = 0, w = 1; k < comparisons.size(); ++k) {
+    if (!comparisons[k].unavailable.empty()) write_unavailable(j, comparisons[k].key, comparisons[k].unavailable);
+    else comparisons[k].report(rows, results[w++], j);
+  }
   j.end_object();
 
   if (!s.json_path.empty() && !write_file(s.json_path, j.str(), err)) {

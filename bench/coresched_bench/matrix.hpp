@@ -24,7 +24,8 @@ struct Settings {
   unsigned runs = 10;
   std::uint64_t cpu_max_prime = 10000;
   std::uint64_t block_bytes = 1024;
-  std::uint64_t buffer_bytes = 64ull << 20;
+  std::uint64_t buffer_bytes = 1024; ///< = the block: sysbench rewrites one block
+  bool sysbench_bookkeeping = true;   ///< pay sysbench's per-event clock reads, mutex and histogram
   std::string topology;
   std::optional<FairnessPolicy> policy;
   std::string json_path;
@@ -95,18 +96,26 @@ Work loop_until(std::chrono::steady_clock::time_point deadline, unsigned check_e
 
 inline constexpr unsigned mem_check_every = 256;
 
-/// The cpu benchmark: sysbench cpu events until the deadline.
-inline Work cpu_loop(std::chrono::steady_clock::time_point deadline, std::uint64_t max_prime) {
-  return loop_until(deadline, 1, [max_prime] { return cpu_event(max_prime); });
+/// The cpu benchmark: sysbench cpu events until the deadline; with
+/// `bookkeeping`, each with sysbench's per-event work around it.
+inline Work cpu_loop(std::chrono::steady_clock::time_point deadline, std::uint64_t max_prime, bool bookkeeping) {
+  if (!bookkeeping) return loop_until(deadline, 1, [max_prime] { return cpu_event(max_prime); });
+  SysbenchBookkeeping books;
+  return loop_until(deadline, 1, [&books, max_prime] { return books.around([max_prime] { return cpu_event(max_prime); }); });
 }
 
-/// The memory benchmark: sysbench memory events until the deadline.
-inline Work mem_loop(std::chrono::steady_clock::time_point deadline, MemoryBuffer& buf) {
+/// The memory benchmark: sysbench memory events until the deadline; with
+/// `bookkeeping`, each with sysbench's per-event work around it (what makes
+/// our MiB/s comparable with sysbench's: see SysbenchBookkeeping).
+inline Work mem_loop(std::chrono::steady_clock::time_point deadline, MemoryBuffer& buf, bool bookkeeping) {
   MemoryCursor cur(buf);
-  return loop_until(deadline, mem_check_every, [&cur] {
+  auto event = [&cur] {
     cur.event();
     return std::uint64_t{0};
-  });
+  };
+  if (!bookkeeping) return loop_until(deadline, mem_check_every, event);
+  SysbenchBookkeeping books;
+  return loop_until(deadline, mem_check_every, [&books, &event] { return books.around(event); });
 }
 
 /// start + seconds, on the steady clock.
@@ -138,10 +147,21 @@ struct Row {
   std::optional<Summary> forced_idle() const;
 };
 
-/// Runs every configuration `runs` times with `one`, printing progress as
-/// "[label] <config> run i/n ... <result>".
-std::vector<Row> run_rows(const std::string& label, const Settings& s,
-                          const std::function<Run(const Config&)>& one);
+/// One way of running the configurations: coresched's fibers, plain threads
+/// with kernel cookies, or sysbench processes.
+struct Way {
+  std::string label;                     ///< progress prefix, "[label] <config> run i/n ..."
+  Settings settings;                     ///< its selection of configurations (and, for sysbench, whole seconds)
+  std::function<Run(const Config&)> one; ///< runs one configuration once
+};
+
+/// Runs every way's configurations `runs` times, interleaved: for each
+/// configuration, run 1 of every way, then run 2 of every way, and so on. A
+/// machine whose speed drifts (an emulated guest on a busy host read the same
+/// loop 2x apart in phases a minute apart) then slows every way alike, and a
+/// ratio between ways compares runs made seconds apart. Returns one list of
+/// rows per way, in the order given.
+std::vector<std::vector<Row>> run_ways(const std::vector<Way>& ways);
 
 /// The result table: config, cpu ev/s avg and stdev, mem MiB/s avg and stdev,
 /// forced-idle %.
@@ -158,13 +178,25 @@ struct Place {
   unsigned siblings;            ///< PUs of the core (forced idle is per sibling)
 };
 
-/// --compare-sysbench: runs sysbench pinned to the same CPUs; prints the
-/// comparison and writes it under "sysbench" when `j` is given.
-void compare_sysbench(const Settings& s, const Place& p, const std::vector<Row>& ours, JsonWriter& j);
+/// A way to run beside ours (--compare-sysbench, --compare-kernel): how to
+/// run it, or why it cannot run here, and how to report it.
+struct Comparison {
+  std::string key;         ///< its JSON key: "sysbench" or "kernel"
+  std::string unavailable; ///< why it cannot run here; empty: it runs
+  Way way;
+  /// Prints its table and its ratios to ours, and writes it under `key`.
+  std::function<void(const std::vector<Row>& ours, const std::vector<Row>& theirs, JsonWriter& j)> report;
+};
 
-/// --compare-kernel: the same matrix with plain threads and kernel cookies
-/// (PR_SCHED_CORE), where the kernel supports it; writes it under "kernel".
-void compare_kernel(const Settings& s, const Place& p, const Topology& t, MemoryBuffer& buffer,
-                    const std::vector<Row>& ours, JsonWriter& j);
+/// --compare-sysbench: two real sysbench processes pinned to the same CPUs,
+/// tagged with kernel cookies by coresched-tag-exec where the kernel has them.
+Comparison sysbench_comparison(const Settings& s, const Place& p);
+
+/// --compare-kernel: the same loops on plain threads with kernel cookies
+/// (PR_SCHED_CORE), where the kernel supports it.
+Comparison kernel_comparison(const Settings& s, const Place& p, const Topology& t, MemoryBuffer& buffer);
+
+/// Writes {"available": false, "reason": why} under `key`.
+void write_unavailable(JsonWriter& j, std::string_view key, const std::string& why);
 
 } // namespace coresched::bench::matrix

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The matrix's two yardsticks: the real sysbench (is our work loop as fast as
 // theirs?) and the kernel's own core scheduling (PR_SCHED_CORE) on plain threads.
+#include "kernel_tag.hpp"
 #include "matrix.hpp"
 
 #include <fmt/format.h>
@@ -10,7 +11,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <sched.h>
-#include <sys/prctl.h>
+#include <dirent.h>
+#include <fstream>
+#include <map>
+#include <poll.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 
@@ -57,140 +63,210 @@ const Row* find_row(const std::vector<Row>& rows, std::string_view name) {
   return nullptr;
 }
 
-void write_unavailable(JsonWriter& j, std::string_view k, const std::string& why) {
-  j.key(k).begin_object().field("available", false).field("reason", why).end_object();
+// ------------------------------------------------------------------ sysbench, tagged by the kernel
+
+/// core_forceidle_sum (ms) of a /proc/.../sched file: the time the task ran while a sibling of its core was
+/// forced idle (kernel core scheduling; shown with schedstats on: sysctl kernel.sched_schedstats=1).
+std::optional<double> forceidle_ms(const std::string& sched_path) {
+  std::ifstream f(sched_path);
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("core_forceidle_sum", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon == std::string::npos) return std::nullopt;
+      return std::strtod(line.c_str() + colon + 1, nullptr);
+    }
+  return std::nullopt;
 }
 
-// ------------------------------------------------------------------ sysbench
-
-/// A child process whose output we read (popen: sysbench writes a page at most,
-/// so reading the two children one after the other cannot block either).
-class Child {
-public:
-  explicit Child(const std::string& cmd) : cmd_(cmd), f_(::popen((cmd + " 2>&1").c_str(), "r")) {}
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-  ~Child() { if (f_) ::pclose(f_); }
-
-  /// Waits for the child; returns its output, or nothing (with `err`) on failure.
-  std::optional<std::string> finish(std::string& err) {
-    if (!f_) { err = fmt::format("cannot start `{}`: {}", cmd_, std::strerror(errno)); return std::nullopt; }
-    std::string out;
-    char buf[4096];
-    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f_)) > 0;) out.append(buf, n);
-    const int status = ::pclose(std::exchange(f_, nullptr));
-    if (status == 0) return out;
-    err = fmt::format("`{}` failed (status {}): {}", cmd_, status, out.substr(out.size() > 400 ? out.size() - 400 : 0));
-    return std::nullopt;
+/// coresched-tag-exec, beside this program (the build tree, or an install's bin/), else in PATH.
+std::optional<std::string> find_tag_exec() {
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    std::string dir(self, static_cast<std::size_t>(n));
+    dir = dir.substr(0, dir.rfind('/'));
+    const std::string file = dir + "/coresched-tag-exec";
+    if (::access(file.c_str(), X_OK) == 0) return file;
   }
+  return find_in_path("coresched-tag-exec");
+}
+
+/// One sysbench process started through coresched-tag-exec: its output, exit status and forced idle, read from
+/// /proc/PID/sched after it exited but before it is reaped (waitid WNOWAIT), so the whole run counts.
+class TaggedProcess {
+public:
+  explicit TaggedProcess(std::vector<std::string> argv) : argv_(std::move(argv)) {
+    int fds[2];
+    if (::pipe(fds) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(fds[1], 1);
+      ::dup2(fds[1], 2);
+      ::close(fds[0]);
+      ::close(fds[1]);
+      std::vector<char*> args;
+      for (auto& a : argv_) args.push_back(a.data());
+      args.push_back(nullptr);
+      ::execv(args[0], args.data());
+      std::fprintf(stderr, "cannot execute %s: %s\n", args[0], std::strerror(errno));
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    fd_ = fds[0];
+  }
+  TaggedProcess(const TaggedProcess&) = delete;
+  TaggedProcess& operator=(const TaggedProcess&) = delete;
+  ~TaggedProcess() { if (pid_ > 0) ::waitpid(pid_, nullptr, 0); if (fd_ >= 0) ::close(fd_); }
+
+  std::string command() const {
+    std::string c;
+    for (const auto& a : argv_) c += (c.empty() ? "" : " ") + a;
+    return c;
+  }
+  /// Reads the outputs of `ps` to their ends and waits for them; false (with `err`) if one could not start or
+  /// failed. Meanwhile every 50 ms it samples core_forceidle_sum of each of their threads
+  /// (/proc/PID/task/TID/sched: /proc/PID/sched is the main thread's alone, and sysbench works on another), so
+  /// `forceidle` misses at most the last 50 ms of a worker thread's run.
+  static bool finish_all(const std::vector<TaggedProcess*>& ps, std::string& err) {
+    for (auto* p : ps)
+      if (p->pid_ <= 0 || p->fd_ < 0) { err = fmt::format("cannot start `{}`: {}", p->command(), std::strerror(errno)); return false; }
+    for (;;) {
+      std::vector<pollfd> fds;
+      for (auto* p : ps)
+        if (p->fd_ >= 0) fds.push_back({p->fd_, POLLIN, 0});
+      if (fds.empty()) break;
+      ::poll(fds.data(), fds.size(), 50);
+      for (auto* p : ps) {
+        p->sample();
+        if (p->fd_ < 0) continue;
+        pollfd one{p->fd_, POLLIN, 0};
+        if (::poll(&one, 1, 0) <= 0) continue;
+        char buf[4096];
+        const ssize_t n = ::read(p->fd_, buf, sizeof buf);
+        if (n > 0) p->out.append(buf, static_cast<std::size_t>(n));
+        else { ::close(p->fd_); p->fd_ = -1; }
+      }
+    }
+    bool ok = true;
+    for (auto* p : ps) {
+      siginfo_t info{};
+      ::waitid(P_PID, static_cast<id_t>(p->pid_), &info, WEXITED | WNOWAIT);
+      p->sample();
+      int status = 0;
+      ::waitpid(std::exchange(p->pid_, -1), &status, 0);
+      if (!p->by_thread_.empty()) {
+        double sum = 0;
+        for (const auto& [tid, ms] : p->by_thread_) sum += ms;
+        p->forceidle = sum;
+      }
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+      err = fmt::format("`{}` failed (status {}): {}", p->command(), status,
+                        p->out.substr(p->out.size() > 400 ? p->out.size() - 400 : 0));
+      ok = false;
+    }
+    return ok;
+  }
+  std::string out;
+  std::optional<double> forceidle;
 
 private:
-  std::string cmd_;
-  std::FILE* f_;
-};
-
-struct SysbenchTools {
-  std::string sysbench, taskset;
-};
-
-std::string cpu_cmd(const SysbenchTools& t, const Settings& s, unsigned cpu) {
-  return fmt::format("{} -c {} {} cpu --threads=1 --time={} --cpu-max-prime={} run", t.taskset, cpu, t.sysbench,
-                     s.time_s, s.cpu_max_prime);
-}
-
-// A total large enough that --time, not the byte count, ends the run.
-std::string mem_cmd(const SysbenchTools& t, const Settings& s, unsigned cpu) {
-  return fmt::format("{} -c {} {} memory --threads=1 --time={} --memory-block-size={} --memory-total-size=100T "
-                     "--memory-scope=global --memory-oper=write --memory-access-mode=seq run",
-                     t.taskset, cpu, t.sysbench, s.time_s, s.block_bytes);
-}
-
-/// One sysbench measurement: cpu ev/s, and mem MiB/s when the memory test ran.
-struct SysbenchFigures {
-  std::optional<double> cpu_eps, mem_mibs;
-  std::string error;
-};
-
-SysbenchFigures sysbench_alone(const SysbenchTools& t, const Settings& s, const Place& p) {
-  SysbenchFigures f;
-  progress_line("matrix/sysbench", fmt::format("Alone: sysbench cpu on CPU {} ({} s)", p.cpus[0], s.time_s));
-  Child cpu(cpu_cmd(t, s, p.cpus[0]));
-  if (auto out = cpu.finish(f.error)) f.cpu_eps = number_after(*out, "events per second:");
-  return f;
-}
-
-// nosmt: both benchmarks share sibling 0's CPU, started together as in the seed.
-SysbenchFigures sysbench_nosmt(const SysbenchTools& t, const Settings& s, const Place& p) {
-  SysbenchFigures f;
-  progress_line("matrix/sysbench",
-                fmt::format("nosmt: sysbench cpu + memory both on CPU {} ({} s)", p.cpus[0], s.time_s));
-  Child cpu(cpu_cmd(t, s, p.cpus[0]));
-  Child mem(mem_cmd(t, s, p.cpus[0]));
-  if (auto out = cpu.finish(f.error)) f.cpu_eps = number_after(*out, "events per second:");
-  if (auto out = mem.finish(f.error)) f.mem_mibs = number_after(*out, "MiB transferred (");
-  return f;
-}
-
-void report_sysbench(const Settings& s, const std::vector<Row>& ours, const SysbenchFigures (&theirs)[2],
-                     JsonWriter& j) {
-  Table t({"config", "ours cpu ev/s", "sysbench cpu ev/s", "ratio", "ours mem MiB/s", "sysbench mem MiB/s", "ratio"});
-  j.key("sysbench").begin_object().field("available", true).field("runs", 1u).key("configs").begin_array();
-  const char* names[2] = {"Alone", "nosmt"};
-  for (int i = 0; i < 2; ++i) {
-    const Row* r = find_row(ours, names[i]);
-    const std::optional<double> cpu = r ? std::optional(r->cpu().avg) : std::nullopt;
-    const auto ms = r ? r->mem(s.block_bytes) : std::nullopt;
-    const std::optional<double> mem = ms ? std::optional(ms->avg) : std::nullopt;
-    t.add_row({names[i], fixed(cpu, 2), fixed(theirs[i].cpu_eps, 2), fixed(ratio(cpu, theirs[i].cpu_eps), 3),
-               fixed(mem, 1), fixed(theirs[i].mem_mibs, 1), fixed(ratio(mem, theirs[i].mem_mibs), 3)});
-    j.begin_object().field("name", names[i]);
-    auto num = [&j](std::string_view k, std::optional<double> v) { v ? j.field(k, *v) : j.key(k).null(); };
-    num("sysbench_cpu_events_per_s", theirs[i].cpu_eps);
-    num("cpu_ratio_ours_over_sysbench", ratio(cpu, theirs[i].cpu_eps));
-    num("sysbench_mem_mib_per_s", theirs[i].mem_mibs);
-    num("mem_ratio_ours_over_sysbench", ratio(mem, theirs[i].mem_mibs));
-    if (!theirs[i].error.empty()) j.field("error", theirs[i].error);
-    j.end_object();
+  void sample() {
+    if (pid_ <= 0) return;
+    const std::string dir = "/proc/" + std::to_string(pid_) + "/task";
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return;
+    while (const dirent* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      if (const auto ms = forceidle_ms(dir + "/" + e->d_name + "/sched")) by_thread_[e->d_name] = *ms;
+    }
+    ::closedir(d);
   }
-  j.end_array().end_object();
-  std::printf("\nsysbench comparison (one sysbench run each; ratio = ours / sysbench)%s:\n%s",
-              s.buffer_bytes == s.block_bytes ? "" : "; note: sysbench rewrites one block, ours walks a larger buffer",
-              t.render().c_str());
-  for (const auto& f : theirs)
-    if (!f.error.empty()) std::printf("sysbench error: %s\n", f.error.c_str());
+  std::vector<std::string> argv_;
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::map<std::string, double> by_thread_;
+};
+
+struct TaggedTools {
+  std::string sysbench, tag_exec;
+};
+
+/// sysbench takes whole seconds (--time is an integer).
+unsigned sysbench_seconds(const Settings& s) { return std::max(1u, static_cast<unsigned>(s.time_s + 0.5)); }
+
+std::vector<std::string> tagged_cmd(const TaggedTools& t, const Place& p, const Slot& slot, const Settings& s,
+                                    bool memory) {
+  std::vector<std::string> a{t.tag_exec, "--cpu", std::to_string(p.cpus[slot.sibling])};
+  if (slot.tag == 0) a.emplace_back("--untagged");
+  a.insert(a.end(), {"--", t.sysbench});
+  const std::string time = fmt::format("--time={}", sysbench_seconds(s));
+  if (memory)
+    a.insert(a.end(), {"memory", "--threads=1", time, fmt::format("--memory-block-size={}", s.block_bytes),
+                       "--memory-total-size=100T", "--memory-scope=global", "--memory-oper=write",
+                       "--memory-access-mode=seq", "run"});
+  else
+    a.insert(a.end(), {"cpu", "--threads=1", time, fmt::format("--cpu-max-prime={}", s.cpu_max_prime), "run"});
+  return a;
+}
+
+/// One configuration as two real sysbench processes: pinned to the slots' CPUs, tagged with a new kernel cookie
+/// each where the slot is tagged (so A and B differ), started together.
+Run run_sysbench(const TaggedTools& t, const Settings& s, const Place& p, const Config& c) {
+  TaggedProcess cpu(tagged_cmd(t, p, c.cpu, s, false));
+  std::optional<TaggedProcess> mem;
+  if (c.mem) mem.emplace(tagged_cmd(t, p, *c.mem, s, true));
+  std::string err;
+  std::vector<TaggedProcess*> ps{&cpu};
+  if (mem) ps.push_back(&*mem);
+  if (!TaggedProcess::finish_all(ps, err)) throw std::runtime_error(err);
+  Run r;
+  r.siblings = p.siblings;
+  auto events = [](const std::string& out, std::string_view marker) {
+    return static_cast<std::uint64_t>(number_after(out, marker).value_or(0));
+  };
+  r.cpu.events = events(cpu.out, "total number of events:");
+  r.cpu_elapsed_s = number_after(cpu.out, "total time:").value_or(s.time_s);
+  r.elapsed_s = r.cpu_elapsed_s;
+  double fi = cpu.forceidle.value_or(0);
+  if (mem) {
+    r.mem = Work{};
+    r.mem->events = events(mem->out, "Total operations:");
+    r.mem_elapsed_s = number_after(mem->out, "total time:").value_or(s.time_s);
+    r.elapsed_s = std::max(r.elapsed_s, r.mem_elapsed_s);
+    fi += mem->forceidle.value_or(0);
+  }
+  if (cpu.forceidle) r.forced_idle_ns = static_cast<std::uint64_t>(fi * 1e6);
+  return r;
+}
+
+/// Prints a table of ours beside `theirs`, row by row: cpu and mem averages and ratio ours / theirs.
+void print_ratio_table(const char* title, const char* who, const Settings& s, const std::vector<Row>& ours,
+                       const std::vector<Row>& theirs) {
+  Table t({"config", "ours cpu ev/s", fmt::format("{} cpu ev/s", who), "ratio", "ours mem MiB/s",
+           fmt::format("{} mem MiB/s", who), "ratio"});
+  for (const auto& th : theirs) {
+    const Row* o = find_row(ours, th.config->name);
+    if (!o) continue;
+    const auto om = o->mem(s.block_bytes), km = th.mem(s.block_bytes);
+    const std::optional<double> o_mem = om ? std::optional(om->avg) : std::nullopt;
+    const std::optional<double> k_mem = km ? std::optional(km->avg) : std::nullopt;
+    t.add_row({th.config->name, fixed(o->cpu().avg, 2), fixed(th.cpu().avg, 2),
+               fixed(ratio(o->cpu().avg, th.cpu().avg), 3), fixed(o_mem, 1), fixed(k_mem, 1), fixed(ratio(o_mem, k_mem), 3)});
+  }
+  std::printf("\n%s:\n%s", title, t.render().c_str());
   std::fflush(stdout);
 }
 
 // ------------------------------------------------------------------ kernel
 
-constexpr int kPrSchedCore = 62;       // PR_SCHED_CORE
-constexpr int kPrSchedCoreCreate = 1;  // PR_SCHED_CORE_CREATE
-constexpr unsigned long kPidTypePid = 0; // PIDTYPE_PID: the calling thread only
-
-/// Gives the calling thread a new kernel core-scheduling cookie; "" or why not.
-std::string kernel_tag_self() {
-  if (::prctl(kPrSchedCore, kPrSchedCoreCreate, 0, kPidTypePid, 0) == 0) return {};
-  const int err = errno;
-  std::string why = fmt::format("prctl(PR_SCHED_CORE, PR_SCHED_CORE_CREATE) failed: {}", std::strerror(err));
-  if (err == EINVAL) why += " (EINVAL: kernel built without CONFIG_SCHED_CORE, or too old)";
-  else if (err == ENODEV) why += " (ENODEV: no SMT on this machine)";
-  else if (err == EPERM) why += " (EPERM: not permitted)";
-  return why;
-}
+std::string kernel_tag_self() { return kernel_tag(KernelTagScope::thread); }
 
 /// Tries a cookie on a throwaway thread, so no thread we keep is tagged.
 std::string kernel_probe() {
   std::string why;
   std::thread([&why] { why = kernel_tag_self(); }).join();
   return why;
-}
-
-std::string pin_self(unsigned cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  if (::sched_setaffinity(0, sizeof set, &set) == 0) return {};
-  return fmt::format("sched_setaffinity(CPU {}) failed: {}", cpu, std::strerror(errno));
 }
 
 /// Runs one configuration as plain threads: each pins itself, tags itself when
@@ -204,9 +280,23 @@ Run run_threads(const Settings& s, const Place& p, MemoryBuffer& buf, const Conf
     if (err.empty() && slot.tag != 0) err = kernel_tag_self();
   };
   Run r;
-  std::thread cpu([&] { prepare(c.cpu, errs[0]); r.cpu = cpu_loop(deadline, s.cpu_max_prime); });
+  std::optional<double> idle[2];   // each thread's core_forceidle_sum, read on it as its loop ends
+  auto own_forceidle = [] {
+    return forceidle_ms("/proc/self/task/" + std::to_string(::syscall(SYS_gettid)) + "/sched");
+  };
+  std::thread cpu([&] {
+    prepare(c.cpu, errs[0]);
+    const auto before = own_forceidle();
+    r.cpu = cpu_loop(deadline, s.cpu_max_prime, s.sysbench_bookkeeping);
+    if (const auto after = own_forceidle(); before && after) idle[0] = *after - *before;
+  });
   std::thread mem;
-  if (c.mem) mem = std::thread([&] { prepare(*c.mem, errs[1]); r.mem = mem_loop(deadline, buf); });
+  if (c.mem) mem = std::thread([&] {
+    prepare(*c.mem, errs[1]);
+    const auto before = own_forceidle();
+    r.mem = mem_loop(deadline, buf, s.sysbench_bookkeeping);
+    if (const auto after = own_forceidle(); before && after) idle[1] = *after - *before;
+  });
   cpu.join();
   if (mem.joinable()) mem.join();
   for (const auto& e : errs)
@@ -214,57 +304,72 @@ Run run_threads(const Settings& s, const Place& p, MemoryBuffer& buf, const Conf
   r.elapsed_s = seconds(std::chrono::steady_clock::now() - start);
   r.cpu_elapsed_s = seconds(r.cpu.end - start);
   if (r.mem) r.mem_elapsed_s = seconds(r.mem->end - start);
+  r.siblings = p.siblings;
+  if (idle[0]) r.forced_idle_ns = static_cast<std::uint64_t>((*idle[0] + idle[1].value_or(0)) * 1e6);
   return r;
-}
-
-void report_kernel(const Settings& s, const std::vector<Row>& ours, const std::vector<Row>& kernel, JsonWriter& j) {
-  std::printf("\nkernel core scheduling (PR_SCHED_CORE cookies, plain pinned threads):\n%s",
-              render_rows(kernel, s.block_bytes).c_str());
-  Table t({"config", "ours cpu ev/s", "kernel cpu ev/s", "ratio", "ours mem MiB/s", "kernel mem MiB/s", "ratio"});
-  for (std::size_t i = 0; i < kernel.size() && i < ours.size(); ++i) {
-    const auto om = ours[i].mem(s.block_bytes), km = kernel[i].mem(s.block_bytes);
-    const std::optional<double> o_mem = om ? std::optional(om->avg) : std::nullopt;
-    const std::optional<double> k_mem = km ? std::optional(km->avg) : std::nullopt;
-    t.add_row({kernel[i].config->name, fixed(ours[i].cpu().avg, 2), fixed(kernel[i].cpu().avg, 2),
-               fixed(ratio(ours[i].cpu().avg, kernel[i].cpu().avg), 3), fixed(o_mem, 1), fixed(k_mem, 1),
-               fixed(ratio(o_mem, k_mem), 3)});
-  }
-  std::printf("\nours vs. kernel (ratio = ours / kernel):\n%s", t.render().c_str());
-  std::fflush(stdout);
-  j.key("kernel").begin_object().field("available", true).key("configs").begin_array();
-  for (const auto& r : kernel) write_row(j, r, s);
-  j.end_array().end_object();
 }
 
 } // namespace
 
-void compare_sysbench(const Settings& s, const Place& p, const std::vector<Row>& ours, JsonWriter& j) {
-  const auto sysbench = find_in_path("sysbench");
-  const auto taskset = find_in_path("taskset");
-  if (!sysbench || !taskset) {
-    const std::string why = fmt::format("{} is not installed (not found in PATH)", sysbench ? "taskset" : "sysbench");
-    std::printf("\nsysbench comparison skipped: %s\n", why.c_str());
-    write_unavailable(j, "sysbench", why);
-    return;
-  }
-  const SysbenchTools tools{*sysbench, *taskset};
-  const SysbenchFigures theirs[2] = {sysbench_alone(tools, s, p), sysbench_nosmt(tools, s, p)};
-  report_sysbench(s, ours, theirs, j);
+void write_unavailable(JsonWriter& j, std::string_view key, const std::string& why) {
+  j.key(key).begin_object().field("available", false).field("reason", why).end_object();
 }
 
-void compare_kernel(const Settings& s, const Place& p, const Topology& t, MemoryBuffer& buffer,
-                    const std::vector<Row>& ours, JsonWriter& j) {
+Comparison sysbench_comparison(const Settings& s, const Place& p) {
+  Comparison c{"sysbench", {}, {}, {}};
+  const auto sysbench = find_in_path("sysbench");
+  const auto tag_exec = find_tag_exec();
+  if (!sysbench || !tag_exec) {
+    c.unavailable = fmt::format("{} not found", sysbench ? "coresched-tag-exec (built beside coresched-bench)"
+                                                         : "sysbench is not installed:");
+    return c;
+  }
+  Settings only = s;
+  only.time_s = sysbench_seconds(s);
   const std::string why = kernel_probe();
   if (!why.empty()) {
-    std::printf("\nkernel comparison skipped: %s\n", why.c_str());
-    write_unavailable(j, "kernel", why);
-    return;
+    std::printf("note: %s: sysbench runs the untagged configurations only\n", why.c_str());
+    only.only.clear();
+    for (const auto& cfg : configs)
+      if (selected(s, cfg) && cfg.cpu.tag == 0 && (!cfg.mem || cfg.mem->tag == 0)) only.only.emplace_back(cfg.name);
   }
+  if (only.time_s != s.time_s) std::printf("note: sysbench takes whole seconds: its runs last %g s\n", only.time_s);
+  const TaggedTools tools{*sysbench, *tag_exec};
+  std::printf("sysbench: e.g. %s\n", fmt::format("{} --cpu {} -- {} cpu --threads=1 --time={} --cpu-max-prime={} run",
+                                                   tools.tag_exec, p.cpus[0], tools.sysbench, sysbench_seconds(s),
+                                                   s.cpu_max_prime).c_str());
+  std::fflush(stdout);
+  c.way = Way{"matrix/sysbench", only, [tools, only, p](const Config& cfg) { return run_sysbench(tools, only, p, cfg); }};
+  const bool tagged = why.empty();
+  c.report = [s, tagged, secs = sysbench_seconds(s)](const std::vector<Row>& ours, const std::vector<Row>& rows,
+                                                     JsonWriter& j) {
+    std::printf("\nsysbench processes (pinned; kernel core-scheduling cookies where tagged; forced idle = their "
+                "core_forceidle_sum):\n%s", render_rows(rows, s.block_bytes).c_str());
+    print_ratio_table("ours vs. sysbench (ratio = ours / sysbench)", "sysbench", s, ours, rows);
+    j.key("sysbench").begin_object().field("available", true).field("kernel_cookies", tagged);
+    j.field("time_s", secs).key("configs").begin_array();
+    for (const auto& r : rows) write_row(j, r, s);
+    j.end_array().end_object();
+  };
+  return c;
+}
+
+Comparison kernel_comparison(const Settings& s, const Place& p, const Topology& t, MemoryBuffer& buffer) {
+  Comparison c{"kernel", kernel_probe(), {}, {}};
+  if (!c.unavailable.empty()) return c;
   if (!t.real_siblings())
-    std::printf("\nnote: CPUs %u and %u are not real SMT siblings (synthetic topology); kernel cookies will not "
+    std::printf("note: CPUs %u and %u are not real SMT siblings (synthetic topology); kernel cookies will not "
                 "keep them apart\n", p.cpus[0], p.cpus[1]);
-  const auto kernel = run_rows("matrix/kernel", s, [&](const Config& c) { return run_threads(s, p, buffer, c); });
-  report_kernel(s, ours, kernel, j);
+  c.way = Way{"matrix/kernel", s, [s, p, &buffer](const Config& cfg) { return run_threads(s, p, buffer, cfg); }};
+  c.report = [s](const std::vector<Row>& ours, const std::vector<Row>& rows, JsonWriter& j) {
+    std::printf("\nkernel core scheduling (PR_SCHED_CORE cookies, plain pinned threads):\n%s",
+                render_rows(rows, s.block_bytes).c_str());
+    print_ratio_table("ours vs. kernel (ratio = ours / kernel)", "kernel", s, ours, rows);
+    j.key("kernel").begin_object().field("available", true).key("configs").begin_array();
+    for (const auto& r : rows) write_row(j, r, s);
+    j.end_array().end_object();
+  };
+  return c;
 }
 
 } // namespace coresched::bench::matrix

@@ -51,18 +51,21 @@ std::string run_result(const Run& r, std::uint64_t block_bytes) {
 
 } // namespace
 
-std::vector<Row> run_rows(const std::string& label, const Settings& s,
-                          const std::function<Run(const Config&)>& one) {
-  std::vector<Row> rows;
+std::vector<std::vector<Row>> run_ways(const std::vector<Way>& ways) {
+  std::vector<std::vector<Row>> rows(ways.size());
+  const unsigned runs = ways.empty() ? 0 : ways.front().settings.runs;
   for (const auto& c : configs) {
-    if (!selected(s, c)) continue;
-    Row row{&c, {}};
-    for (unsigned i = 1; i <= s.runs; ++i) {
-      progress_begin(label, fmt::format("{} run {}/{} ({} s) ...", c.name, i, s.runs, s.time_s));
-      row.runs.push_back(one(c));
-      progress_end(run_result(row.runs.back(), s.block_bytes));
-    }
-    rows.push_back(std::move(row));
+    for (std::size_t w = 0; w < ways.size(); ++w)
+      if (selected(ways[w].settings, c)) rows[w].push_back(Row{&c, {}});
+    for (unsigned i = 1; i <= runs; ++i)
+      for (std::size_t w = 0; w < ways.size(); ++w) {
+        if (!selected(ways[w].settings, c)) continue;
+        const Settings& s = ways[w].settings;
+        progress_begin(ways[w].label, fmt::format("{} run {}/{} ({} s) ...", c.name, i, runs, s.time_s));
+        Row& row = rows[w].back();
+        row.runs.push_back(ways[w].one(c));
+        progress_end(run_result(row.runs.back(), s.block_bytes));
+      }
   }
   return rows;
 }

@@ -4,11 +4,14 @@
 /// The two sysbench 1.0.20 events the matrix benchmark runs, header-only so a
 /// unit test can link them without the benchmark program.
 
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <new>
+#include <time.h>
 
 namespace coresched::bench {
 
@@ -28,46 +31,100 @@ inline std::uint64_t cpu_event(std::uint64_t max_prime) noexcept {
 }
 
 /// The buffer of sysbench's `memory` test (scope global, write, sequential).
-/// sysbench rewrites one block; we advance block by block through a larger
-/// buffer and wrap, so the stream can go past the caches when the buffer is big
-/// (a buffer of one block reproduces sysbench exactly).
+/// sysbench rewrites one block (the matrix's default: buffer = block); we can
+/// also advance block by block through a larger buffer and wrap, so the stream
+/// can go past the caches when the buffer is big.
 class MemoryBuffer {
 public:
   /// block and buffer sizes in bytes; the buffer is rounded up to whole blocks.
   MemoryBuffer(std::size_t block_bytes, std::size_t buffer_bytes)
-      : words_per_block_(block_bytes / sizeof(std::uint64_t)),
+      : words_per_block_(block_bytes / sizeof(std::uint32_t)),
         blocks_((buffer_bytes + block_bytes - 1) / block_bytes),
-        words_(new std::uint64_t[words_per_block_ * blocks_]()) {} // () zeroes: pages are faulted in now, not in a run
+        words_(new std::uint32_t[words_per_block_ * blocks_]()) {} // () zeroes: pages are faulted in now, not in a run
 
-  std::size_t block_bytes() const noexcept { return words_per_block_ * sizeof(std::uint64_t); }
+  std::size_t block_bytes() const noexcept { return words_per_block_ * sizeof(std::uint32_t); }
   std::size_t buffer_bytes() const noexcept { return block_bytes() * blocks_; }
 
 private:
   friend class MemoryCursor;
   std::size_t words_per_block_;
   std::size_t blocks_;
-  std::unique_ptr<std::uint64_t[]> words_;
+  std::unique_ptr<std::uint32_t[]> words_;
 };
 
 /// One writer's position in a MemoryBuffer. event() is one sysbench `memory`
-/// event: sequential 64-bit stores over the next block.
+/// event as sysbench 1.0.20 writes it (sb_memory.c, memory_execute_event, write,
+/// sequential): an `int` store per 4 bytes of the block, each storing a
+/// `volatile int` read anew, so 256 loads and 256 stores per KiB.
 class MemoryCursor {
 public:
   explicit MemoryCursor(MemoryBuffer& b) noexcept : buf_(b) {}
 
   void event() noexcept {
-    // volatile: every store must happen, one 64-bit word at a time, as in
-    // sysbench; without it the compiler may drop stores nobody reads.
-    volatile std::uint64_t* p = buf_.words_.get() + block_ * buf_.words_per_block_;
+    // volatile, as in sysbench: every store happens, one 32-bit word at a time,
+    // and the value is loaded for each (the compiler may neither drop, merge nor
+    // vectorise them).
+    volatile std::uint32_t* p = buf_.words_.get() + block_ * buf_.words_per_block_;
     for (std::size_t i = 0; i < buf_.words_per_block_; ++i) p[i] = value_;
     if (++block_ == buf_.blocks_) block_ = 0;
-    ++value_;
+    value_ = value_ + 1;
   }
 
 private:
   MemoryBuffer& buf_;
   std::size_t block_ = 0;
-  std::uint64_t value_ = 0;
+  volatile std::uint32_t value_ = 0;
+};
+
+/// What sysbench 1.0.20 does around every event besides the event itself
+/// (sysbench.c thread_run: sb_more_events reads the clock for the time limit,
+/// sb_event_start and sb_event_stop read it twice more for the event's latency,
+/// sb_histogram_update adds the latency to a histogram: a random slot, a log()
+/// and an atomic increment; sb_memory.c memory_next_event takes a global mutex
+/// to count the bytes). Beside a 1 KiB memory event this costs about as much as
+/// the event itself, so our MiB/s compare with sysbench's only when our loop pays
+/// it too; beside a cpu event (about a millisecond) it is lost in the noise.
+class SysbenchBookkeeping {
+public:
+  /// Runs `event` with sysbench's per-event work around it.
+  template <class Event>
+  auto around(Event&& event) {
+    (void)now_ns();                  // sb_more_events: the time limit
+    {
+      std::lock_guard<std::mutex> lock(mutex_);   // memory_next_event: total_ops, total_bytes
+      ++ops_;
+    }
+    const std::uint64_t start = now_ns();          // sb_event_start
+    auto result = event();
+    const std::uint64_t stop = now_ns();           // sb_event_stop
+    histogram_update(static_cast<double>(stop - start) / 1e6);
+    return result;
+  }
+
+private:
+  static std::uint64_t now_ns() noexcept {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000u + static_cast<std::uint64_t>(ts.tv_nsec);
+  }
+  // sb_histogram_update with sysbench's latency histogram (1024 buckets over 0.001 ms .. 100 s, log scale) and
+  // its 128 slots picked at random per update (xorshift here; sysbench's own generator is of the same cost class).
+  void histogram_update(double ms) noexcept {
+    rng_ ^= rng_ << 13;
+    rng_ ^= rng_ >> 7;
+    rng_ ^= rng_ << 17;
+    const std::size_t slot = rng_ % kSlots;
+    const double deduct = std::log(0.001), mult = (kBuckets - 1) / (std::log(1e5) - deduct);
+    long i = static_cast<long>(std::floor((std::log(ms) - deduct) * mult + 0.5));
+    if (i < 0) i = 0;
+    else if (i >= static_cast<long>(kBuckets)) i = kBuckets - 1;
+    slots_[slot * kBuckets + static_cast<std::size_t>(i)].fetch_add(1, std::memory_order_relaxed);
+  }
+  static constexpr std::size_t kSlots = 128, kBuckets = 1024;
+  std::mutex mutex_;
+  std::uint64_t ops_ = 0;
+  std::uint64_t rng_ = 0x9e3779b97f4a7c15ull;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> slots_{new std::atomic<std::uint64_t>[kSlots * kBuckets]()};
 };
 
 } // namespace coresched::bench

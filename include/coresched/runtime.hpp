@@ -45,9 +45,10 @@ public:
 
   /// Waits for all fibers to finish, then joins the workers, writes the trace
   /// (if any) and prints the statistics when CORESCHED_STATS=1. Sleeping fibers
-  /// wake early and I/O in flight returns operation_canceled, so fibers that
-  /// loop must check for it. Idempotent; the destructor calls it. Spawning
-  /// afterwards is a UsageError.
+  /// wake early, and I/O that does not complete at once, in flight or begun
+  /// after shutdown began, returns operation_canceled: finish I/O that must
+  /// complete before calling it, and stop loops on operation_canceled.
+  /// Idempotent; the destructor calls it. Spawning afterwards is a UsageError.
   /// @throws UsageError when called from one of this runtime's own fibers.
   void shutdown();
 
