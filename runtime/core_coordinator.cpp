@@ -180,11 +180,17 @@ void CoreCoordinator::update_min_vruntime() {
 // Call after checkpoint(). Forced-idle balance keeps the owner at 0, so a
 // cookie's `waited` says how far ahead of the owner it is.
 void CoreCoordinator::set_owner(std::uint64_t cookie) {
+  // A hand-over when the cookie left still has work (it was preempted for
+  // fairness, not out of fibers): its gap runs until the new cookie starts.
+  handover_since_ = 0;
+  std::int64_t base = 0;
+  for (const auto& e : cookies_) {
+    if (e.cookie == cookie) base = e.waited;
+    else if (e.cookie == owner_ && e.runnable > 0) handover_since_ = owner_since_; // checkpoint() set it to now
+  }
+  handover_from_ = owner_;
   owner_ = cookie;
   cookie_switches.fetch_add(1, std::memory_order_relaxed);
-  std::int64_t base = 0;
-  for (auto& e : cookies_)
-    if (e.cookie == cookie) base = e.waited;
   for (auto& e : cookies_) e.waited -= base;
 }
 
@@ -250,7 +256,7 @@ void CoreCoordinator::wake_sleepers(WakeList& wakes, unsigned except, bool only_
   }
 }
 
-void CoreCoordinator::start(unsigned s, Fiber* f, WakeList& wakes) {
+void CoreCoordinator::start(unsigned s, Fiber* f, WakeList& wakes, Pick& p) {
   Sibling& me = *siblings_[s];
   set_forced(s, false);
   me.running.store(f->cookie, std::memory_order_release);
@@ -258,7 +264,25 @@ void CoreCoordinator::start(unsigned s, Fiber* f, WakeList& wakes) {
   if (f->cookie != owner_) {
     checkpoint(cfg_.clock());
     set_owner(f->cookie);
+    if (handover_since_ != 0) { // this sibling hands over to itself: no gap
+      p.handover_gap_ns = 0;
+      p.handover_from = handover_from_;
+      handover_gaps_.record(0);
+      handover_since_ = 0;
+    }
     wake_sleepers(wakes, s, true); // the core changed cookie: waiting siblings re-pick
+  } else if (handover_since_ != 0) [[unlikely]] {
+    // The first fiber of the core's new cookie after a hand-over (one clock
+    // read per hand-over). It is measured from the change, when the old
+    // cookie had stopped everywhere, so the gap is the time the core ran
+    // neither: a wake-up of a sleeping sibling, or a spinning one's next look.
+    const std::uint64_t now = cfg_.clock();
+    p.handover_gap_ns = now > handover_since_ ? now - handover_since_ : 0;
+    p.handover_from = handover_from_;
+    handover_gaps_.record(p.handover_gap_ns);
+    handover_since_ = 0;
+    if (entry(f->cookie).runnable > 0) wake_sleepers(wakes, s, true);
+    return;
   } else if (entry(f->cookie).runnable > 0) {
     wake_sleepers(wakes, s, true); // more of this cookie queued: let idle siblings help
   }
@@ -307,7 +331,7 @@ Pick CoreCoordinator::pick_locked(unsigned s, WakeList& wakes) {
   }
   if ((p.fiber = take(s, want))) {
     p.kind = Pick::Kind::run;
-    start(s, p.fiber, wakes);
+    start(s, p.fiber, wakes, p);
     return p;
   }
   // The core's cookie is `want` but no fiber of it is ours to run.
@@ -413,6 +437,26 @@ std::uint64_t CoreCoordinator::running_cookie() const noexcept {
     if (r != kNoCookie) return r;
   }
   return kNoCookie;
+}
+
+void CoreCoordinator::prewake_forced_locked(std::uint64_t until, WakeList& wakes) {
+  for (auto& sp : siblings_) {
+    Sibling& o = *sp;
+    if (!o.forced_idle) continue;
+    o.spin_until.store(until, std::memory_order_relaxed);
+    if (o.sleeping) {
+      o.sleeping = false;
+      wakes.add(&o);
+    }
+  }
+}
+
+CoreCoordinator::Handovers CoreCoordinator::handovers() {
+  lock_.lock();
+  const Handovers h{handover_gaps_.count(), handover_gaps_.quantile(0.5), handover_gaps_.quantile(0.99),
+                    handover_gaps_.max()};
+  lock_.unlock();
+  return h;
 }
 
 std::vector<CoreCoordinator::CookieTime> CoreCoordinator::ownership() {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include "clock.hpp"
+#include "gap_histogram.hpp"
 #include "run_queue.hpp"
 #include "spin_lock.hpp"
 
@@ -63,6 +64,9 @@ struct Sibling {
   std::atomic<bool> preempt{false};     // asks the running fiber to yield at its next preempt_point
   std::atomic<std::uint32_t> wake_word{0}; // bumped on every wake-up, re-checked before sleeping
   std::atomic<IoRing*> ring{nullptr};      // the worker sleeps in its io_uring; wakers write its eventfd
+  // A hand-over to this forced-idle sibling is due (the ticker asked the
+  // owner to stop): it spins, instead of sleeping, until this time (ns).
+  std::atomic<std::uint64_t> spin_until{0};
   bool sleeping = false;    // guarded: the worker is (about to be) blocked on wake_word
   bool forced_idle = false; // guarded: idle although the core has runnable fibers
 };
@@ -77,6 +81,11 @@ struct Pick {
   enum class Steal { none, cookie, any };
   Steal steal = Steal::none;      // what it may take from other cores:
   std::uint64_t steal_cookie = 0; // fibers of this cookie (Steal::cookie)
+  // run: this start ended a hand-over (the core changed cookie while the old
+  // one still had work) after this gap; kNoGap otherwise.
+  static constexpr std::uint64_t kNoGap = ~std::uint64_t{0};
+  std::uint64_t handover_gap_ns = kNoGap;
+  std::uint64_t handover_from = 0; // with handover_gap_ns: the cookie the core left
 };
 
 struct CoreConfig {
@@ -138,6 +147,16 @@ public:
   bool change_running_cookie_locked(unsigned s, std::uint64_t cookie, WakeList& wakes);
   /// Sibling `s` is going to sleep: wakes it up on the next change.
   void prepare_sleep_locked(unsigned s);
+  /// The owner was asked to stop for a waiting cookie: every forced-idle
+  /// sibling spins until `until` (ns) instead of sleeping, and those asleep
+  /// are woken now, so that their wake-up overlaps the owner's way to its
+  /// preemption point instead of following it.
+  void prewake_forced_locked(std::uint64_t until, WakeList& wakes);
+
+  /// Hand-overs (changes of cookie while the old one still had work) and
+  /// their gaps: from the change to the first fiber of the new cookie starting.
+  struct Handovers { std::uint64_t count, p50_ns, p99_ns, max_ns; };
+  Handovers handovers(); // takes the lock
 
   // ---- lock-free ----
   /// Isolation checker: does any other sibling publish a cookie other than `cookie`?
@@ -176,7 +195,7 @@ private:
   bool prefer(const CookieEntry& a, const CookieEntry& b) const noexcept;
   void checkpoint(std::uint64_t now);
   Fiber* take(unsigned s, std::uint64_t cookie);
-  void start(unsigned s, Fiber* f, WakeList& wakes);
+  void start(unsigned s, Fiber* f, WakeList& wakes, Pick& p);
   void set_forced(unsigned s, bool on) noexcept;
   void wake_sleepers(WakeList& wakes, unsigned except, bool only_with_work);
   Pick stop_and_idle(unsigned s, std::uint64_t running_elsewhere, WakeList& wakes);
@@ -192,6 +211,9 @@ private:
   std::uint64_t last_checkpoint_ = 0;
   std::uint64_t min_vruntime_ = 0; // monotonic floor, as CFS's min_vruntime
   void set_owner(std::uint64_t cookie);
+  GapHistogram handover_gaps_;
+  std::uint64_t handover_since_ = 0;        // a hand-over is under way since (ns); 0: none
+  std::uint64_t handover_from_ = kNoCookie; // the cookie it left
   void update_min_vruntime();
   std::atomic<int> forced_{0};
   std::atomic<int> queued_{0};

@@ -91,6 +91,7 @@ public:
 private:
   void start_workers();
   void maybe_kernel_cookie();
+  void prewake_forced(Worker& w);
   void check_stall(Worker& w);
   void trace_wakeup(const Fiber& f, unsigned to) noexcept;
   void write_trace();

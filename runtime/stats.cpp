@@ -36,8 +36,12 @@ std::string Stats::to_table() const {
   for (const auto& c : cookies)
     out += fmt::format("{:>10} {:>12.3f} {:>12.3f} {:>16.3f} {:>16.3f} {:>10}\n", c.cookie.value(), ms(c.cpu_ns),
                        ms(c.core_ns), ms(c.forced_idle_suffered_ns), ms(c.forced_idle_caused_ns), c.runs);
-  out += fmt::format("{:>10} {:>16} {:>16}\n", "core", "cookie switches", "forced idle ms");
-  for (const auto& c : cores) out += fmt::format("{:>10} {:>16} {:>16.3f}\n", c.core, c.cookie_switches, ms(c.forced_idle_ns));
+  out += fmt::format("{:>10} {:>16} {:>16} {:>10} {:>14} {:>14}\n", "core", "cookie switches", "forced idle ms",
+                     "handovers", "gap p50 us", "gap p99 us");
+  auto us = [](std::uint64_t ns) { return static_cast<double>(ns) / 1e3; };
+  for (const auto& c : cores)
+    out += fmt::format("{:>10} {:>16} {:>16.3f} {:>10} {:>14.1f} {:>14.1f}\n", c.core, c.cookie_switches,
+                       ms(c.forced_idle_ns), c.handovers, us(c.handover_gap_p50_ns), us(c.handover_gap_p99_ns));
   out += fmt::format("{:>10} {:>12} {:>10} {:>10} {:>10}\n", "worker", "switches", "steals", "sleeps", "stalls");
   for (const auto& w : workers)
     out += fmt::format("{:>10} {:>12} {:>10} {:>10} {:>10}\n", w.worker, w.switches, w.steals, w.sleeps, w.stalls);

@@ -46,6 +46,10 @@ std::string event_json(const TraceEvent& e, unsigned tid, std::uint64_t origin) 
     return fmt::format(R"({{"name":"cookie {}","cat":"cookie","ph":"i","s":"t","pid":1,"tid":{},"ts":{},)"
                        R"("args":{{"cookie":{}}}}})",
                        e.cookie, tid, us(ts), e.cookie);
+  case TraceKind::handover:
+    return fmt::format(R"({{"name":"hand-over","cat":"handover","ph":"X","pid":1,"tid":{},"ts":{},"dur":{},)"
+                       R"("args":{{"from_cookie":{},"to_cookie":{}}}}})",
+                       tid, us(ts), us(e.dur_ns), e.other, e.cookie);
   case TraceKind::wakeup:
     return fmt::format(R"({{"name":"wake fiber {}","cat":"wakeup","ph":"i","s":"t","pid":1,"tid":{},"ts":{},)"
                        R"("args":{{"fiber":{},"cookie":{},"to_worker":{}}}}})",

@@ -22,6 +22,7 @@ enum class TraceKind : std::uint8_t {
   forced_idle,   // the PU idled for cookie `cookie` while `other` held the core
   cookie_change, // the PU started running cookie `cookie` (instant)
   wakeup,        // this worker made fiber `id` runnable on worker `other` (instant)
+  handover,      // the core changed from cookie `other` to `cookie`; [ts, ts+dur) ran neither
 };
 
 struct TraceEvent {

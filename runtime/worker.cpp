@@ -161,6 +161,11 @@ void Worker::trace_run(const Fiber* f) noexcept {
   }
 }
 
+void Worker::trace_handover(const Pick& p) noexcept {
+  const std::uint64_t now = now_ns();
+  trace_->record({now - p.handover_gap_ns, p.handover_gap_ns, 0, p.fiber->cookie, p.handover_from, TraceKind::handover});
+}
+
 // The isolation checker (test builds): called whenever this PU publishes a
 // cookie and resumes user code with it.
 void Worker::check_isolation([[maybe_unused]] const Fiber* f) {
@@ -307,6 +312,7 @@ Pick Worker::pick() {
   Pick p = core_.pick_locked(sibling_, wakes);
   core_.lock().unlock();
   wakes.notify();
+  if (trace_ && p.handover_gap_ns != Pick::kNoGap) [[unlikely]] trace_handover(p);
   return p;
 }
 
@@ -353,6 +359,7 @@ void Worker::reschedule() {
   Pick p = core_.pick_locked(sibling_, wakes);
   core_.lock().unlock();
   wakes.notify();
+  if (trace_ && p.handover_gap_ns != Pick::kNoGap) [[unlikely]] trace_handover(p);
   if (p.fiber == self) { // nothing else to run here
     self->context_saved.store(true, std::memory_order_relaxed);
     self->state.store(FiberState::running, std::memory_order_relaxed);
@@ -426,7 +433,7 @@ Fiber* Worker::find_work() {
     }
     if (!spinning && !forced_) spinning = sched_.try_start_spinning();
     const int limit = forced_ ? kForcedIdleSpinRounds : spinning ? kIdleSpinRounds : kUnclaimedSpinRounds;
-    if (rounds < limit) {
+    if (rounds < limit || (forced_ && handover_due())) {
       ++rounds;
       for (int i = 0; i < kPausesPerRound; ++i) _mm_pause();
       continue;
@@ -511,9 +518,17 @@ void Worker::enter_forced_idle(const Pick& p) {
   forced_blocker_ = p.blocker;
 }
 
+// The ticker has asked the owner to hand the core over, and this forced-idle
+// PU should be awake when it does (Scheduler::prewake_forced).
+bool Worker::handover_due() const noexcept {
+  const std::uint64_t until = sib_->spin_until.load(std::memory_order_relaxed);
+  return until != 0 && now_ns() < until;
+}
+
 void Worker::leave_forced_idle() {
   if (!forced_) return;
   forced_ = false;
+  sib_->spin_until.store(0, std::memory_order_relaxed);
   const std::uint64_t span = now_ns() - forced_since_;
   core_.forced_idle_ns.fetch_add(span, std::memory_order_relaxed);
   if (trace_) [[unlikely]]

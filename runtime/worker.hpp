@@ -177,6 +177,8 @@ private:
   void close_segment(std::uint64_t now);
   void trace_run(const Fiber* f) noexcept;
   void enter_forced_idle(const Pick& p);
+  bool handover_due() const noexcept;
+  void trace_handover(const Pick& p) noexcept;
   void leave_forced_idle();
   void set_idle(bool on);
   void poll_io();

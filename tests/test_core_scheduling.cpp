@@ -353,3 +353,40 @@ TEST_CASE("fairness: a cookie arriving after another ran alone for 2 s gets 40% 
                              << overall << " in all, per window: " << log);
   }
 }
+
+TEST_CASE("hand-overs between busy cookies are counted with their gaps", "[handover]") {
+  // Two cookies, each with one busy fiber pinned to its own sibling: the core
+  // changes cookie every slice while the cookie it leaves still has work.
+  Runtime rt(topo("core:1 pu:2"));
+  const Cookie a = Cookie::create(), b = Cookie::create();
+  std::atomic<bool> stop{false};
+  std::vector<JoinHandle<void>> fibers;
+  for (unsigned i = 0; i < 2; ++i)
+    fibers.push_back(rt.spawn([&] {
+      while (!stop.load(std::memory_order_relaxed)) this_fiber::preempt_point();
+    }, SpawnOptions{.cookie = i ? a : b, .pin_to_pu = i}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  stop = true;
+  for (auto& f : fibers) f.join();
+  const CoreStats c = rt.stats().cores[0];
+  INFO("hand-overs " << c.handovers << ", cookie switches " << c.cookie_switches << ", gap p50 "
+                     << c.handover_gap_p50_ns << " p99 " << c.handover_gap_p99_ns << " max " << c.handover_gap_max_ns);
+  CHECK(c.handovers >= 20); // 300 ms of 1 ms slices; at most one per cookie switch
+  CHECK(c.handovers <= c.cookie_switches);
+  CHECK(c.handover_gap_p50_ns <= c.handover_gap_p99_ns);
+  CHECK(c.handover_gap_p99_ns <= c.handover_gap_max_ns);
+  CHECK(c.handover_gap_max_ns > 0); // a sibling that takes over needs some time to notice
+  CHECK(c.handover_gap_max_ns < 300'000'000);
+}
+
+TEST_CASE("a core with one cookie has no hand-overs", "[handover]") {
+  Runtime rt(topo("core:1 pu:2"));
+  std::vector<JoinHandle<void>> fibers;
+  for (int i = 0; i < 4; ++i)
+    fibers.push_back(rt.spawn([] {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+      while (std::chrono::steady_clock::now() < until) this_fiber::preempt_point();
+    }));
+  for (auto& f : fibers) f.join();
+  CHECK(rt.stats().cores[0].handovers == 0);
+}

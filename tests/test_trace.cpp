@@ -38,7 +38,8 @@ std::size_t count(const std::string& text, const std::string& what) {
 }
 
 // Two tenants compete for one core with two siblings and wake each other
-// through sleeps: every kind of event should appear.
+// through sleeps, each round longer than a slice (so the core changes cookie
+// while the cookie it leaves still has work): every kind of event appears.
 void contended_run(const std::string& path) {
   Options o = topo("core:1 pu:2");
   o.trace_path = path;
@@ -49,7 +50,7 @@ void contended_run(const std::string& path) {
     fibers.push_back(rt.spawn(
         [] {
           for (int round = 0; round < 20; ++round) {
-            const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(300);
+            const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(1500);
             while (std::chrono::steady_clock::now() < until) this_fiber::preempt_point();
             this_fiber::sleep_for(std::chrono::microseconds(100));
           }
@@ -60,7 +61,7 @@ void contended_run(const std::string& path) {
 
 } // namespace
 
-TEST_CASE("the trace records run spans, forced idle, cookie changes and wakeups", "[trace]") {
+TEST_CASE("the trace records run spans, forced idle, cookie changes, hand-overs and wakeups", "[trace]") {
   const std::string path = temp_path("trace");
   contended_run(path);
   const std::string text = slurp(path);
@@ -73,6 +74,7 @@ TEST_CASE("the trace records run spans, forced idle, cookie changes and wakeups"
   CHECK(count(text, R"("cat":"forced_idle")") > 0);
   CHECK(count(text, R"("cat":"cookie")") > 0);
   CHECK(count(text, R"("cat":"wakeup")") > 0);
+  CHECK(count(text, R"("cat":"handover")") > 0);
 }
 
 TEST_CASE("a full trace ring keeps only the newest events", "[trace]") {

@@ -118,7 +118,9 @@ Run run_fibers(Runtime& rt, const Settings& s, const Place& p, MemoryBuffer& buf
   // them would hide how the runtime places a new cookie against the long-lived
   // untagged one.
   const std::array<Cookie, 3> cookies{Cookie{}, Cookie::create(), Cookie::create()};
-  const std::uint64_t idle_before = rt.stats().cores[p.core].forced_idle_ns;
+  const Stats before = rt.stats();
+  const std::uint64_t idle_before = before.cores[p.core].forced_idle_ns;
+  const Cookie cpu_cookie = cookies[static_cast<std::size_t>(c.cpu.tag)];
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = after(start, s.time_s);
   auto cpu = rt.spawn([deadline, prime = s.cpu_max_prime, bk = s.sysbench_bookkeeping] { return cpu_loop(deadline, prime, bk); },
@@ -132,7 +134,9 @@ Run run_fibers(Runtime& rt, const Settings& s, const Place& p, MemoryBuffer& buf
   r.elapsed_s = seconds(std::chrono::steady_clock::now() - start);
   r.cpu_elapsed_s = seconds(r.cpu.end - start);
   if (r.mem) r.mem_elapsed_s = seconds(r.mem->end - start);
-  r.forced_idle_ns = rt.stats().cores[p.core].forced_idle_ns - idle_before;
+  const Stats after = rt.stats();
+  r.forced_idle_ns = after.cores[p.core].forced_idle_ns - idle_before;
+  r.cpu_owned_ns = after.cookie(cpu_cookie).core_ns - before.cookie(cpu_cookie).core_ns;
   r.siblings = p.siblings;
   return r;
 }
@@ -208,6 +212,7 @@ int run(const Settings& s) {
   j.key("configs").begin_array();
   for (const auto& r : rows) write_row(j, r, s);
   j.end_array();
+  report_handover(rows, rt.stats().cores[place->core], j);
   for (std::size_t k = 0, w = 1; k < comparisons.size(); ++k) {
     if (!comparisons[k].unavailable.empty()) write_unavailable(j, comparisons[k].key, comparisons[k].unavailable);
     else comparisons[k].report(rows, results[w++], j);

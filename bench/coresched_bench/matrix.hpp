@@ -13,6 +13,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace coresched::bench::matrix {
@@ -131,7 +132,15 @@ struct Run {
   std::optional<Work> mem;
   double mem_elapsed_s = 0;
   std::optional<std::uint64_t> forced_idle_ns; ///< unset where not measured (threads, sysbench)
+  /// How long the cpu benchmark's cookie held the core (coresched's fibers only).
+  std::optional<std::uint64_t> cpu_owned_ns;
   unsigned siblings = 2;
+
+  /// cpu events per ms its cookie held the core; unset where not measured.
+  std::optional<double> cpu_events_per_owned_ms() const {
+    if (!cpu_owned_ns || *cpu_owned_ns == 0) return std::nullopt;
+    return static_cast<double>(cpu.events) / (static_cast<double>(*cpu_owned_ns) / 1e6);
+  }
 
   double cpu_events_per_s() const { return static_cast<double>(cpu.events) / cpu_elapsed_s; }
   std::optional<double> mem_mib_per_s(std::uint64_t block_bytes) const;
@@ -166,6 +175,14 @@ std::vector<std::vector<Row>> run_ways(const std::vector<Way>& ways);
 /// The result table: config, cpu ev/s avg and stdev, mem MiB/s avg and stdev,
 /// forced-idle %.
 std::string render_rows(const std::vector<Row>& rows, std::uint64_t block_bytes);
+
+/// The row of configuration `name`, or null.
+const Row* find_row(const std::vector<Row>& rows, std::string_view name);
+
+/// The hand-over figure (issue 13): `both tagged`'s cpu events per ms its
+/// cookie held the core, over `Alone`'s events per ms of run; and the core's
+/// hand-over gaps. Printed after our table, and written under "handover".
+void report_handover(const std::vector<Row>& rows, const CoreStats& core, JsonWriter& j);
 
 /// One configuration's figures in JSON (summaries and per-run raw values).
 void write_row(JsonWriter& j, const Row& r, const Settings& s);

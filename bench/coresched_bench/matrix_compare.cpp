@@ -57,12 +57,6 @@ std::optional<double> ratio(std::optional<double> ours, std::optional<double> th
   return *ours / *theirs;
 }
 
-const Row* find_row(const std::vector<Row>& rows, std::string_view name) {
-  for (const auto& r : rows)
-    if (name == r.config->name) return &r;
-  return nullptr;
-}
-
 // ------------------------------------------------------------------ sysbench, tagged by the kernel
 
 /// core_forceidle_sum (ms) of a /proc/.../sched file: the time the task ran while a sibling of its core was

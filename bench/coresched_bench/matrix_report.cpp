@@ -83,6 +83,39 @@ std::string render_rows(const std::vector<Row>& rows, std::uint64_t block_bytes)
   return t.render();
 }
 
+const Row* find_row(const std::vector<Row>& rows, std::string_view name) {
+  for (const auto& r : rows)
+    if (name == r.config->name) return &r;
+  return nullptr;
+}
+
+void report_handover(const std::vector<Row>& rows, const CoreStats& core, JsonWriter& j) {
+  const Row* alone = find_row(rows, "Alone");
+  const Row* both = find_row(rows, "both tagged");
+  std::optional<double> per_owned, ratio;
+  if (alone && both) {
+    double events = 0, owned_ms = 0, alone_events = 0, alone_ms = 0;
+    for (const auto& r : both->runs)
+      if (r.cpu_owned_ns) { events += static_cast<double>(r.cpu.events); owned_ms += static_cast<double>(*r.cpu_owned_ns) / 1e6; }
+    for (const auto& r : alone->runs) { alone_events += static_cast<double>(r.cpu.events); alone_ms += r.cpu_elapsed_s * 1e3; }
+    if (owned_ms > 0 && alone_ms > 0) {
+      per_owned = events / owned_ms;
+      ratio = *per_owned / (alone_events / alone_ms);
+    }
+  }
+  std::printf("\nhand-over: %llu cookie changes with work left; gap p50 %.1f us, p99 %.1f us, max %.1f us",
+              static_cast<unsigned long long>(core.handovers), static_cast<double>(core.handover_gap_p50_ns) / 1e3,
+              static_cast<double>(core.handover_gap_p99_ns) / 1e3, static_cast<double>(core.handover_gap_max_ns) / 1e3);
+  if (ratio) std::printf("; both tagged: %.1f cpu events per ms its cookie held the core = %.3f of Alone's per ms", *per_owned, *ratio);
+  std::printf("\n");
+  std::fflush(stdout);
+  j.key("handover").begin_object();
+  j.field("count", core.handovers).field("gap_p50_ns", core.handover_gap_p50_ns);
+  j.field("gap_p99_ns", core.handover_gap_p99_ns).field("gap_max_ns", core.handover_gap_max_ns);
+  if (ratio) j.field("both_tagged_cpu_events_per_owned_ms", *per_owned).field("over_alone", *ratio);
+  j.end_object();
+}
+
 namespace {
 
 void write_slot(JsonWriter& j, std::string_view k, const std::optional<Slot>& slot) {
@@ -95,6 +128,7 @@ void write_run(JsonWriter& j, const Run& r, std::uint64_t block_bytes) {
   j.field("elapsed_s", r.elapsed_s);
   j.field("cpu_events", r.cpu.events).field("cpu_elapsed_s", r.cpu_elapsed_s);
   j.field("cpu_events_per_s", r.cpu_events_per_s());
+  if (r.cpu_owned_ns) j.field("cpu_owned_ns", *r.cpu_owned_ns);
   if (r.mem) {
     j.field("mem_events", r.mem->events).field("mem_elapsed_s", r.mem_elapsed_s);
     j.field("mem_mib_per_s", *r.mem_mib_per_s(block_bytes));
