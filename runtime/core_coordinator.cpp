@@ -189,7 +189,13 @@ void CoreCoordinator::set_owner(std::uint64_t cookie) {
     else if (e.cookie == owner_ && e.runnable > 0) handover_since_ = owner_since_; // checkpoint() set it to now
   }
   handover_from_ = owner_;
+  if (handover_since_ != 0 && owner_changed_ns_ != 0) { // a turn ended by a hand-over: learn its length
+    const std::uint64_t turn = owner_since_ - owner_changed_ns_;
+    turn_ns_ = turn_ns_ == 0 ? turn : (7 * turn_ns_ + turn) / 8;
+  }
+  owner_changed_ns_ = owner_since_;
   owner_ = cookie;
+  owner_pub_.store(cookie, std::memory_order_relaxed);
   cookie_switches.fetch_add(1, std::memory_order_relaxed);
   for (auto& e : cookies_) e.waited -= base;
 }
@@ -420,6 +426,7 @@ void CoreCoordinator::prepare_sleep_locked(unsigned s) {
   // The whole core idles: stop charging its last cookie for the idle time.
   checkpoint(cfg_.clock());
   owner_ = kNoCookie;
+  owner_pub_.store(kNoCookie, std::memory_order_relaxed);
 }
 
 bool CoreCoordinator::sibling_conflict(unsigned s, std::uint64_t cookie) const noexcept {
@@ -449,6 +456,11 @@ void CoreCoordinator::prewake_forced_locked(std::uint64_t until, WakeList& wakes
       wakes.add(&o);
     }
   }
+}
+
+std::uint64_t CoreCoordinator::expected_handover_locked(unsigned s) const noexcept {
+  if (!siblings_[s]->forced_idle || owner_ == kNoCookie || turn_ns_ == 0 || owner_changed_ns_ == 0) return 0;
+  return owner_changed_ns_ + turn_ns_;
 }
 
 CoreCoordinator::Handovers CoreCoordinator::handovers() {

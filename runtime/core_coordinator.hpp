@@ -157,6 +157,10 @@ public:
   /// their gaps: from the change to the first fiber of the new cookie starting.
   struct Handovers { std::uint64_t count, p50_ns, p99_ns, max_ns; };
   Handovers handovers(); // takes the lock
+  /// When the core is expected to hand over to forced-idle sibling `s`: the
+  /// current owner's start plus the recent length of turns that ended in a
+  /// hand-over; 0 when there is no such prediction.
+  std::uint64_t expected_handover_locked(unsigned s) const noexcept;
 
   // ---- lock-free ----
   /// Isolation checker: does any other sibling publish a cookie other than `cookie`?
@@ -167,6 +171,8 @@ public:
   int forced_idle_count() const noexcept { return forced_.load(std::memory_order_relaxed); }
   /// Fibers queued on the core (a hint for thieves; exact under the lock).
   int queued_hint() const noexcept { return queued_.load(std::memory_order_relaxed); }
+  /// The core's cookie as last set (for a forced-idle PU awaiting a hand-over).
+  std::uint64_t published_owner() const noexcept { return owner_pub_.load(std::memory_order_relaxed); }
 
   // ---- statistics (relaxed counters) ----
   std::atomic<std::uint64_t> cookie_switches{0};
@@ -214,8 +220,11 @@ private:
   GapHistogram handover_gaps_;
   std::uint64_t handover_since_ = 0;        // a hand-over is under way since (ns); 0: none
   std::uint64_t handover_from_ = kNoCookie; // the cookie it left
+  std::uint64_t owner_changed_ns_ = 0;      // when the current owner took the core
+  std::uint64_t turn_ns_ = 0;               // EWMA of turns that ended in a hand-over
   void update_min_vruntime();
   std::atomic<int> forced_{0};
+  std::atomic<std::uint64_t> owner_pub_{kNoCookie}; // owner_, for lock-free readers
   std::atomic<int> queued_{0};
   std::unordered_map<std::uint64_t, std::uint64_t> owned_ns_; // statistics, per cookie
 };

@@ -241,6 +241,17 @@ void IoRing::wait(std::vector<Fiber*>& done) {
   reap(done);
 }
 
+bool IoRing::wait_for(std::vector<Fiber*>& done, std::uint64_t ns) {
+  drain_cancels();
+  __kernel_timespec ts{static_cast<long long>(ns / 1'000'000'000), static_cast<long long>(ns % 1'000'000'000)};
+  io_uring_cqe* cqe = nullptr;
+  const int rc = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+  if (rc >= 0 || rc == -ETIME) submitted();
+  const bool timed_out = rc == -ETIME;
+  reap(done);
+  return timed_out && done.empty();
+}
+
 void IoRing::wake() const noexcept {
   const std::uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(event_fd_, &one, sizeof(one));

@@ -66,6 +66,9 @@ public:
   void reap(std::vector<Fiber*>& done, bool submit_now = true);
   /// Blocks until a completion or a wake-up; then reaps like reap().
   void wait(std::vector<Fiber*>& done);
+  /// As wait(), for at most `ns`; true if that time passed with no completion
+  /// and no wake-up.
+  bool wait_for(std::vector<Fiber*>& done, std::uint64_t ns);
   /// Any thread: makes wait() return.
   void wake() const noexcept;
   /// Any thread: the owner should reach a scheduling point soon, because the

@@ -80,6 +80,7 @@ public:
   /// Wakes every sleeping worker (shutdown, start-up failure).
   void wake_all_workers();
   bool exiting() const noexcept { return exiting_.load(std::memory_order_acquire); }
+  std::uint64_t slice_ns() const noexcept { return slice_ns_; }
   Stats stats();
   /// Writes every live fiber and every core to `out` (fiber_dump.cpp).
   void dump(std::FILE* out);

@@ -161,11 +161,6 @@ void Worker::trace_run(const Fiber* f) noexcept {
   }
 }
 
-void Worker::trace_handover(const Pick& p) noexcept {
-  const std::uint64_t now = now_ns();
-  trace_->record({now - p.handover_gap_ns, p.handover_gap_ns, 0, p.fiber->cookie, p.handover_from, TraceKind::handover});
-}
-
 // The isolation checker (test builds): called whenever this PU publishes a
 // cookie and resumes user code with it.
 void Worker::check_isolation([[maybe_unused]] const Fiber* f) {
@@ -433,11 +428,12 @@ Fiber* Worker::find_work() {
     }
     if (!spinning && !forced_) spinning = sched_.try_start_spinning();
     const int limit = forced_ ? kForcedIdleSpinRounds : spinning ? kIdleSpinRounds : kUnclaimedSpinRounds;
-    if (rounds < limit || (forced_ && handover_due())) {
+    if (rounds < limit) {
       ++rounds;
       for (int i = 0; i < kPausesPerRound; ++i) _mm_pause();
       continue;
     }
+    if (forced_ && await_handover()) continue;
     if (testing::idle_never_sleeps.load(std::memory_order_relaxed)) {
       // Valgrind runs one thread at a time and switches at the end of a
       // quantum, which may fall inside this worker's core lock; a waker then
@@ -471,6 +467,7 @@ bool Worker::sleep_once() {
     return false;
   }
   core_.prepare_sleep_locked(sibling_);
+  const std::uint64_t handover = forced_ ? core_.expected_handover_locked(sibling_) : 0;
   const std::uint32_t epoch = sibling().wake_word.load(std::memory_order_acquire);
   core_.lock().unlock();
   wakes.notify();
@@ -483,12 +480,15 @@ bool Worker::sleep_once() {
   if (sched_.stopping() && !stop_cancelled_ && (ring_.inflight() != 0 || ring_.deferring())) return true;
   close_segment(now_ns());
   sleeps_.fetch_add(1, std::memory_order_relaxed);
-  // Sleep in the io_uring: an I/O completion or a waker's eventfd write ends it.
+  // Sleep in the io_uring: an I/O completion or a waker's eventfd write ends
+  // it; forced idle, also the time to get ready for the expected hand-over.
+  bool woke_early = false;
   while (sibling().wake_word.load(std::memory_order_acquire) == epoch && !sched_.exiting()) {
-    ring_.wait(io_done_);
+    if (handover != 0 && (woke_early = sleep_until_handover(handover))) break;
+    if (handover == 0) ring_.wait(io_done_);
     if (!io_done_.empty()) break;
   }
-  if (!io_done_.empty()) {
+  if (!io_done_.empty() || woke_early) {
     core_.lock().lock();
     sibling().sleeping = false; // awake for our own completions: wakers need not write the eventfd
     core_.lock().unlock();
@@ -508,34 +508,6 @@ void Worker::close_segment(std::uint64_t now) {
   c.runs += seg_runs_;
   seg_runs_ = 0;
   seg_open_ = false;
-}
-
-void Worker::enter_forced_idle(const Pick& p) {
-  if (forced_) return;
-  forced_ = true;
-  forced_since_ = now_ns();
-  forced_wanted_ = p.wanted;
-  forced_blocker_ = p.blocker;
-}
-
-// The ticker has asked the owner to hand the core over, and this forced-idle
-// PU should be awake when it does (Scheduler::prewake_forced).
-bool Worker::handover_due() const noexcept {
-  const std::uint64_t until = sib_->spin_until.load(std::memory_order_relaxed);
-  return until != 0 && now_ns() < until;
-}
-
-void Worker::leave_forced_idle() {
-  if (!forced_) return;
-  forced_ = false;
-  sib_->spin_until.store(0, std::memory_order_relaxed);
-  const std::uint64_t span = now_ns() - forced_since_;
-  core_.forced_idle_ns.fetch_add(span, std::memory_order_relaxed);
-  if (trace_) [[unlikely]]
-    trace_->record({forced_since_, span, 0, forced_wanted_, forced_blocker_, TraceKind::forced_idle});
-  std::lock_guard lk(stats_mu_);
-  cookie_stats_[forced_wanted_].suffered_ns += span;
-  cookie_stats_[forced_blocker_].caused_ns += span;
 }
 
 // No lock and deliberately racy: see View. (TSan is told not to look.)

@@ -178,6 +178,8 @@ private:
   void trace_run(const Fiber* f) noexcept;
   void enter_forced_idle(const Pick& p);
   bool handover_due() const noexcept;
+  bool await_handover() noexcept;
+  bool sleep_until_handover(std::uint64_t handover);
   void trace_handover(const Pick& p) noexcept;
   void leave_forced_idle();
   void set_idle(bool on);
@@ -228,6 +230,7 @@ private:
 
   bool idle_ = false; // in the idle loop (published through the scheduler's placement index)
   bool forced_ = false;
+  std::uint64_t wake_latency_ns_ = 20'000; // EWMA of how late this worker's ring timer wakes it
   std::uint64_t forced_since_ = 0, forced_wanted_ = 0, forced_blocker_ = 0;
 
   TraceRing* trace_ = nullptr; // null unless tracing

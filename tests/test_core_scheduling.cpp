@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <ctime>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -389,4 +390,40 @@ TEST_CASE("a core with one cookie has no hand-overs", "[handover]") {
     }));
   for (auto& f : fibers) f.join();
   CHECK(rt.stats().cores[0].handovers == 0);
+}
+
+TEST_CASE("a forced-idle PU does not spin through an owner's long turn", "[handover]") {
+  // Cookie A runs 300 ms without a preemption point after turns that taught
+  // the core a short turn length; B waits on the other sibling. The ticker's
+  // prewake and the learned hand-over time may each make the forced-idle PU
+  // spin for a bounded stretch, not for the whole turn: the process uses
+  // about one CPU, not two.
+  Runtime rt(topo("core:1 pu:2"));
+  const Cookie a = Cookie::create(), b = Cookie::create();
+  std::atomic<int> phase{0};
+  auto fa = rt.spawn([&] {
+    const auto teach = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    while (std::chrono::steady_clock::now() < teach) this_fiber::preempt_point(); // short turns, hand-overs
+    phase = 1;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    while (std::chrono::steady_clock::now() < until) {
+    } // no preemption point: B's PU stays forced idle
+    phase = 2;
+  }, SpawnOptions{.cookie = a, .pin_to_pu = 0});
+  auto fb = rt.spawn([&] {
+    while (phase.load(std::memory_order_relaxed) < 2) this_fiber::preempt_point();
+  }, SpawnOptions{.cookie = b, .pin_to_pu = 1});
+  while (phase.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20)); // A has taken the core for its long turn
+  timespec c0{}, c1{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+  const auto w0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+  const double cpu = static_cast<double>(c1.tv_sec - c0.tv_sec) + static_cast<double>(c1.tv_nsec - c0.tv_nsec) / 1e9;
+  fa.join();
+  fb.join();
+  INFO("process CPU " << cpu << " s over " << wall << " s wall");
+  CHECK(cpu / wall < 1.5);
 }
