@@ -32,6 +32,8 @@ Scheduler::Scheduler(Options options, Runtime* owner)
   if (options_.stall_threshold.count() < 0)
     throw UsageError("coresched: Options::stall_threshold must not be negative (zero disables stall reports)");
   stall_ns_ = static_cast<std::uint64_t>(std::chrono::nanoseconds(options_.stall_threshold).count());
+  handover_spin_ = options_.handover_spin;
+  if (const char* env = std::getenv("CORESCHED_HANDOVER_SPIN")) handover_spin_ = handover_spin_ || std::string(env) == "1";
   slice_ns_ = static_cast<std::uint64_t>(std::chrono::nanoseconds(options_.slice).count());
   options_.topology = topology_.spec();
   default_stack_ = round_to_pages(options_.stack_size);
@@ -291,7 +293,7 @@ bool Scheduler::tick() {
       // core changes cookie. For a tick at a time, while this is the tick
       // that asked (at most three ticks: a fiber that never reaches a
       // preemption point must not keep its sibling spinning).
-      if (sibling_waits && w.ticks_same <= 4) prewake_forced(w);
+      if (handover_spin_ && sibling_waits && w.ticks_same <= 4) prewake_forced(w);
     }
     if (w.ticks_same >= 4 && stall_ns_ > 0 && !w.stall_reported) check_stall(w);
   }

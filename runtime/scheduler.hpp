@@ -81,6 +81,8 @@ public:
   void wake_all_workers();
   bool exiting() const noexcept { return exiting_.load(std::memory_order_acquire); }
   std::uint64_t slice_ns() const noexcept { return slice_ns_; }
+  /// Options::handover_spin (or CORESCHED_HANDOVER_SPIN=1).
+  bool handover_spin() const noexcept { return handover_spin_; }
   Stats stats();
   /// Writes every live fiber and every core to `out` (fiber_dump.cpp).
   void dump(std::FILE* out);
@@ -110,6 +112,7 @@ private:
   std::unique_ptr<Ticker> ticker_;
   std::uint64_t stall_ns_ = 0; // Options::stall_threshold; 0 = off
   std::uint64_t slice_ns_ = 0;
+  bool handover_spin_ = false;
   std::size_t default_stack_ = 0; // Options::stack_size in whole pages
   std::atomic<std::uint64_t> external_spawned_{0}; // spawns from threads that are not its workers
   std::atomic<bool> stopping_{false};

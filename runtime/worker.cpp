@@ -467,7 +467,7 @@ bool Worker::sleep_once() {
     return false;
   }
   core_.prepare_sleep_locked(sibling_);
-  const std::uint64_t handover = forced_ ? core_.expected_handover_locked(sibling_) : 0;
+  const std::uint64_t handover = forced_ && sched_.handover_spin() ? core_.expected_handover_locked(sibling_) : 0;
   const std::uint32_t epoch = sibling().wake_word.load(std::memory_order_acquire);
   core_.lock().unlock();
   wakes.notify();

@@ -398,7 +398,9 @@ TEST_CASE("a forced-idle PU does not spin through an owner's long turn", "[hando
   // prewake and the learned hand-over time may each make the forced-idle PU
   // spin for a bounded stretch, not for the whole turn: the process uses
   // about one CPU, not two.
-  Runtime rt(topo("core:1 pu:2"));
+  Options o = topo("core:1 pu:2");
+  o.handover_spin = true;
+  Runtime rt(o);
   const Cookie a = Cookie::create(), b = Cookie::create();
   std::atomic<int> phase{0};
   auto fa = rt.spawn([&] {

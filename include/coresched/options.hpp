@@ -65,6 +65,17 @@ struct Options {
   /// and the runtime runs without it.
   bool kernel_cookie = false;
 
+  /// Get forced-idle PUs ready for the core's next hand-over: the ticker wakes
+  /// them as it asks the owner to stop, and a forced-idle PU arms its timer to
+  /// wake just before the expected hand-over; either way it then spins (with
+  /// `pause`, reading one word) for a bounded stretch. The hand-over gap falls
+  /// from a wake-up (20-25 us p50 on the development VM) to ~2 us, at the price
+  /// of CPU time on the spinning PU, and a spinning PU slows its SMT sibling:
+  /// there `both tagged` lost 3-7 % of its cpu events per owned ms (see
+  /// docs/performance.md), hence off by default. Also on with
+  /// CORESCHED_HANDOVER_SPIN=1.
+  bool handover_spin = false;
+
   /// Write a scheduling trace (Chrome trace-event JSON, for Perfetto UI or
   /// chrome://tracing) to this path at shutdown; empty means CORESCHED_TRACE
   /// or no trace. Each worker keeps its last CORESCHED_TRACE_EVENTS events
