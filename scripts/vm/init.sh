@@ -19,6 +19,9 @@ ctl=/run/smt-vm
 . "$ctl/config"   # rw_paths=(...), workdir=..., envs=(...)
 i=0
 for p in "${rw_paths[@]}"; do
+  # A path under /tmp or /run is hidden by the guest's own tmpfs above: make its
+  # mount point there (elsewhere it exists already on the read-only root).
+  [ -d "$p" ] || mkdir -p "$p" 2>/dev/null
   mount -t 9p -o "$opts" "smtvmrw$i" "$p" || echo "smt-vm init: cannot mount $p" >>"$ctl/stderr"
   i=$((i + 1))
 done
