@@ -92,11 +92,11 @@ void print_matrix_header(const Settings& s, const Runtime& rt, const Place& p, s
       {"time", fmt::format("{} s per run", s.time_s)},
       {"runs", fmt::format("{} per configuration", s.runs)},
       {"cpu event", fmt::format("primes below {} ({} per event)", s.cpu_max_prime, primes)},
-      {"memory event", fmt::format("{} B of 32-bit stores (as sysbench's), {}", s.block_bytes,
+      {"memory event", fmt::format("{} B of 64-bit stores (as sysbench's), {}", s.block_bytes,
                                    s.buffer_bytes <= s.block_bytes
                                        ? std::string("rewriting one block (as sysbench)")
                                        : fmt::format("walking a {} B shared buffer", s.buffer_bytes))},
-      {"per event", s.sysbench_bookkeeping ? "sysbench's bookkeeping (3 clock reads, a mutex, a histogram update)"
+      {"per event", s.sysbench_bookkeeping ? "sysbench's bookkeeping (3 clock reads, an event count, a histogram update)"
                                            : "no bookkeeping (--no-sysbench-bookkeeping)"},
   });
 }
