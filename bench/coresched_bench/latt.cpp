@@ -6,10 +6,10 @@
 #include "cli_options.hpp"
 #include "commands.hpp"
 #include "common.hpp"
+#include "latt_work.hpp"
 
 #include <coresched/sync.hpp>
 #include <fmt/format.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -27,9 +27,6 @@ extern char** environ;
 namespace coresched::bench::latt {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-constexpr int zlib_level = 7; // latt's
 constexpr double percentiles[] = {50, 90, 99};
 
 struct Settings {
@@ -41,12 +38,18 @@ struct Settings {
   std::optional<std::uint64_t> rounds; ///< --runs: stop after this many wake rounds instead of --time
   unsigned load_fibers = 0;
   bool tag_load = false;
+  bool compare_threads = false;
   std::string load_cmd;
   std::string topology;
   std::optional<FairnessPolicy> policy;
   std::optional<Placement> placement;
   std::string json_path;
 };
+
+Shape shape(const Settings& s) {
+  return {.clients = s.clients, .min_wait_ms = s.min_wait_ms, .max_wait_ms = s.max_wait_ms, .time_s = s.time_s,
+          .rounds = s.rounds, .load = s.load_fibers};
+}
 
 // ------------------------------------------------------------------ command line
 
@@ -72,6 +75,9 @@ void add_options(CLI::App& sub, Settings& s) {
   sub.add_option("--load-cmd", s.load_cmd,
                  "Background load as a process: `/bin/sh -c CMD`, started before the measurement and killed (with "
                  "its process group) after it; its stdout goes to our stderr");
+  sub.add_flag("--compare-threads", s.compare_threads,
+               "Then run the same experiment on plain kernel threads (clients blocked on pipes, as the seed's latt; "
+               "--load-fibers busy threads), and print both and the ratios fibers / threads");
   add_topology_option(sub, s.topology, false);
   add_policy_option(sub, s.policy);
   add_placement_option(sub, s.placement);
@@ -79,58 +85,6 @@ void add_options(CLI::App& sub, Settings& s) {
 }
 
 // ------------------------------------------------------------------ the work
-
-/// The buffer every client compresses: pseudo-random over a small alphabet,
-/// so it compresses about as well as text, and the same in every run.
-std::vector<unsigned char> make_input(std::size_t bytes) {
-  static constexpr char alphabet[] = "etaoin shrdlucmf";
-  std::vector<unsigned char> in(bytes);
-  std::uint64_t x = 0x9E3779B97F4A7C15ull;
-  for (auto& b : in) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17; // xorshift64
-    b = static_cast<unsigned char>(alphabet[x % 16]);
-  }
-  return in;
-}
-
-/// One client's zlib stream at latt's level, set up once and reset for each
-/// compression: the work is deflate itself, not deflateInit's quarter
-/// megabyte of fresh, page-faulting buffers.
-class Compressor {
-public:
-  explicit Compressor(std::size_t input_bytes) : out_(::compressBound(static_cast<uLong>(input_bytes))) {
-    if (::deflateInit(&z_, zlib_level) != Z_OK) throw std::runtime_error("zlib: deflateInit failed");
-  }
-  Compressor(const Compressor&) = delete;
-  Compressor& operator=(const Compressor&) = delete;
-  ~Compressor() { ::deflateEnd(&z_); }
-
-  /// Compresses `in`; returns the compressed size, 0 on a zlib error. The
-  /// input goes in slices with a preemption point between them: latt's
-  /// clients are processes the kernel preempts, and a fiber that compressed
-  /// for milliseconds without one would make other clients' wake-ups wait.
-  std::size_t compress(const std::vector<unsigned char>& in) {
-    constexpr std::size_t slice_bytes = 8 * 1024; // a few hundred microseconds of deflate at most
-    if (::deflateReset(&z_) != Z_OK) return 0;
-    z_.next_out = out_.data();
-    z_.avail_out = static_cast<uInt>(out_.size());
-    for (std::size_t off = 0;;) {
-      const std::size_t n = std::min(slice_bytes, in.size() - off);
-      z_.next_in = const_cast<Bytef*>(in.data() + off); // zlib's API predates const
-      z_.avail_in = static_cast<uInt>(n);
-      off += n;
-      const bool last = off == in.size();
-      const int rc = ::deflate(&z_, last ? Z_FINISH : Z_NO_FLUSH);
-      if (last) return rc == Z_STREAM_END ? z_.total_out : 0;
-      if (rc != Z_OK) return 0;
-      this_fiber::preempt_point();
-    }
-  }
-
-private:
-  z_stream z_{};
-  std::vector<unsigned char> out_;
-};
 
 // ------------------------------------------------------------------ background process
 
@@ -191,63 +145,29 @@ private:
 
 // ------------------------------------------------------------------ the measurement
 
-struct ClientResult {
-  LatencyRecorder wakeup, work;
-  std::uint64_t bad_outputs = 0; ///< compressions whose size differs from the reference
-};
-
-struct Measurement {
-  LatencyRecorder wakeup, work;
-  std::uint64_t rounds = 0;
-  std::uint64_t bad_outputs = 0;
-  double elapsed_s = 0;
-};
-
 /// One client: waits on its own channel (one channel per client, so a wake-up
 /// is one client's, not a thundering herd's), records the delay since the
 /// stamp, then does the work and records its time.
 ClientResult client(Channel<Clock::time_point>& ch, const std::vector<unsigned char>& in, std::size_t expected,
                     std::atomic<std::uint64_t>& entries) {
-  Compressor zip(in.size());
-  ClientResult r;
-  while (const auto stamp = ch.recv()) {
-    const auto woke = Clock::now();
-    r.wakeup.add(micros(woke - *stamp));
-    if (zip.compress(in) != expected) ++r.bad_outputs;
-    r.work.add(micros(Clock::now() - woke));
-    entries.fetch_add(1, std::memory_order_relaxed);
-  }
-  return r;
+  return serve([&ch] { return ch.recv(); }, in, expected, entries);
 }
 
 /// The waker: sleeps a random interval, then stamps and sends to each client
 /// in turn (a stamp per send, so each client's delay is its own). Closes the
 /// channels at the end, which ends the clients. Returns the rounds done.
-std::uint64_t waker(std::vector<std::unique_ptr<Channel<Clock::time_point>>>& chans, const Settings& s,
+std::uint64_t waker(std::vector<std::unique_ptr<Channel<Clock::time_point>>>& chans, const Shape& s,
                     Clock::time_point deadline) {
-  std::mt19937_64 rng(3); // fixed: every run sleeps the same sequence
-  std::uniform_real_distribution<double> wait_ms(s.min_wait_ms, s.max_wait_ms);
+  WakeIntervals intervals(s);
   std::uint64_t round = 0;
   for (; !s.rounds || round < *s.rounds; ++round) {
-    const auto at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                       std::chrono::duration<double, std::milli>(wait_ms(rng)));
+    const auto at = Clock::now() + intervals.next();
     if (!s.rounds && at > deadline) break;
     this_fiber::sleep_until(at);
     for (auto& ch : chans) ch->send(Clock::now());
   }
   for (auto& ch : chans) ch->close();
   return round;
-}
-
-/// A CPU-bound background fiber: arithmetic with a preemption point every
-/// few microseconds, until told to stop.
-std::uint64_t burn(const std::atomic<bool>& stop) {
-  std::uint64_t x = 1;
-  while (!stop.load(std::memory_order_relaxed)) {
-    for (int i = 0; i < 4096; ++i) x = x * 6364136223846793005ull + 1442695040888963407ull;
-    this_fiber::preempt_point();
-  }
-  return x; // returned so the loop is not optimized away
 }
 
 /// The background fibers, busy until `stop`; with --tag-load under a cookie
@@ -288,7 +208,7 @@ Measurement measure(Runtime& rt, const Settings& s, const std::vector<unsigned c
   const double mean_wait_s = (s.min_wait_ms + s.max_wait_ms) / 2000;
   const double expected_s = s.rounds ? static_cast<double>(*s.rounds) * mean_wait_s : s.time_s;
   run_with_progress("latt", expected_s, [&] { return fmt::format("{} entries", entries.load()); }, [&] {
-    m.rounds = rt.spawn([&] { return waker(clients.channels, s, deadline); }).join();
+    m.rounds = rt.spawn([&] { return waker(clients.channels, shape(s), deadline); }).join();
     for (auto& c : clients.fibers) {
       const ClientResult r = c.join();
       m.wakeup.merge(r.wakeup);
@@ -330,13 +250,30 @@ std::string render_block(const char* title, const Welford& w) {
   return out;
 }
 
-std::string render(const Settings& s, const Measurement& m) {
-  return fmt::format("\nEntries: {} (clients={})\n\n{}\n{}", m.wakeup.stats().count(), s.clients,
+std::string render(const char* who, const Settings& s, const Measurement& m) {
+  return fmt::format("\n{}Entries: {} (clients={})\n\n{}\n{}", who, m.wakeup.stats().count(), s.clients,
                      render_block("Wakeup", m.wakeup.stats()), render_block("Work", m.work.stats()));
 }
 
-JsonWriter write_json(const Settings& s, const Runtime& rt, const Measurement& m, std::size_t compressed,
-                      bool load_exited_early) {
+double ratio(double a, double b) { return b > 0 ? a / b : 0; }
+
+std::string render_ratios(const Measurement& fibers, const Measurement& threads) {
+  return fmt::format("\nfibers / kernel threads (avg): wakeup {:.2f} ({:.0f} / {:.0f} usec), work {:.2f} ({:.0f} / "
+                     "{:.0f} usec)\n",
+                     ratio(fibers.wakeup.stats().mean(), threads.wakeup.stats().mean()), fibers.wakeup.stats().mean(),
+                     threads.wakeup.stats().mean(), ratio(fibers.work.stats().mean(), threads.work.stats().mean()),
+                     fibers.work.stats().mean(), threads.work.stats().mean());
+}
+
+void write_figures(JsonWriter& j, const Measurement& m) {
+  j.field("rounds", m.rounds).field("elapsed_s", m.elapsed_s);
+  j.field("entries", m.wakeup.stats().count());
+  write_latency(j, "wakeup", m.wakeup.summarize(percentiles), "us");
+  write_latency(j, "work", m.work.summarize(percentiles), "us");
+}
+
+JsonWriter write_json(const Settings& s, const Runtime& rt, const Measurement& m, const Measurement* threads,
+                      std::size_t compressed, bool load_exited_early) {
   JsonWriter j;
   j.begin_object();
   write_run_head(j, "latt", rt);
@@ -344,14 +281,22 @@ JsonWriter write_json(const Settings& s, const Runtime& rt, const Measurement& m
   j.field("work_kb", s.work_kb).field("zlib_level", zlib_level).field("compressed_bytes", std::uint64_t{compressed});
   j.field("time_s", s.time_s);
   s.rounds ? j.field("rounds_requested", *s.rounds) : j.key("rounds_requested").null();
-  j.field("rounds", m.rounds).field("elapsed_s", m.elapsed_s);
   j.key("load").begin_object().field("fibers", s.load_fibers).field("fibers_tagged", s.tag_load);
   s.load_cmd.empty() ? j.key("cmd").null() : j.field("cmd", s.load_cmd);
   j.field("cmd_exited_early", load_exited_early).end_object();
-  j.field("entries", m.wakeup.stats().count());
   j.key("units").begin_object().field("wakeup", "us").field("work", "us").field("elapsed_s", "s").end_object();
-  write_latency(j, "wakeup", m.wakeup.summarize(percentiles), "us");
-  write_latency(j, "work", m.work.summarize(percentiles), "us");
+  write_figures(j, m);
+  if (threads) {
+    j.key("threads").begin_object();
+    write_figures(j, *threads);
+    j.end_object();
+    j.key("ratios_fibers_over_threads").begin_object();
+    j.field("wakeup_avg", ratio(m.wakeup.stats().mean(), threads->wakeup.stats().mean()));
+    j.field("work_avg", ratio(m.work.stats().mean(), threads->work.stats().mean()));
+    j.end_object();
+  } else {
+    j.key("threads").null();
+  }
   j.end_object();
   return j;
 }
@@ -371,13 +316,32 @@ int run(const Settings& s) {
   std::unique_ptr<LoadProcess> load;
   if (!s.load_cmd.empty()) load = std::make_unique<LoadProcess>(s.load_cmd);
   const Measurement m = measure(rt, s, in, compressed);
+  std::optional<Measurement> threads;
+  if (s.compare_threads) {
+    // The runtime's workers sleep meanwhile (nothing is queued): the threads have the CPUs to themselves.
+    std::atomic<std::uint64_t> entries{0};
+    const double expected_s = s.rounds ? static_cast<double>(*s.rounds) * (s.min_wait_ms + s.max_wait_ms) / 2000
+                                       : s.time_s;
+    run_with_progress("latt/threads", expected_s, [&] { return fmt::format("{} entries", entries.load()); },
+                      [&] { threads = measure_threads(shape(s), in, compressed, entries); });
+  }
   const bool exited_early = load && load->stop();
   if (exited_early)
     std::fprintf(stderr, "coresched-bench latt: note: the load command exited before the measurement ended\n");
-  std::fputs(render(s, m).c_str(), stdout);
+  std::fputs(render(threads ? "coresched fibers\n" : "", s, m).c_str(), stdout);
+  if (threads) {
+    std::fputs(render("kernel threads (the same work, clients blocked on pipes)\n", s, *threads).c_str(), stdout);
+    std::fputs(render_ratios(m, *threads).c_str(), stdout);
+  }
   std::fflush(stdout);
 
-  if (!save_json("latt", s.json_path, write_json(s, rt, m, compressed, exited_early))) return exit_failure;
+  if (!save_json("latt", s.json_path, write_json(s, rt, m, threads ? &*threads : nullptr, compressed, exited_early)))
+    return exit_failure;
+  if (threads && threads->bad_outputs) {
+    std::fprintf(stderr, "coresched-bench latt: %llu compressions on threads differ from the reference\n",
+                 static_cast<unsigned long long>(threads->bad_outputs));
+    return exit_failure;
+  }
   if (m.bad_outputs) {
     std::fprintf(stderr, "coresched-bench latt: %llu compressions differ from the reference (%zu B): corrupted state\n",
                  static_cast<unsigned long long>(m.bad_outputs), compressed);

@@ -65,6 +65,16 @@ def latt(bench):
     for k in ("wakeup", "work"):
         check_latency(d[k], [50, 90, 99], k)
         assert d[k]["count"] == d["entries"]
+    assert d["threads"] is None, d["threads"]
+    # --compare-threads: the same rounds on kernel threads, and the ratios of the two.
+    d = run_json(bench, ["latt", "--topology", SYNTHETIC, "-c", "3", "--runs", "3", "--min-wait", "10",
+                         "--max-wait", "20", "--work-kb", "16", "--load-fibers", "1", "--compare-threads"])
+    t = d["threads"]
+    assert d["rounds"] == 3 and t["rounds"] == 3 and t["entries"] == 9 and d["entries"] == 9, (d["rounds"], t)
+    for k in ("wakeup", "work"):
+        check_latency(t[k], [50, 90, 99], "threads " + k)
+        r = d["ratios_fibers_over_threads"][k + "_avg"]
+        assert math.isclose(r, d[k]["avg"] / t[k]["avg"], rel_tol=1e-6), (k, r)
     # A background process is killed at the end, with its children: this must not wait a minute.
     t0 = time.monotonic()
     d = run_json(bench, ["latt", "--topology", SYNTHETIC, "-c", "2", "--runs", "2", "--min-wait", "5", "--max-wait",
