@@ -30,9 +30,14 @@ TEST_CASE("the oracle fires when the coordinator ignores siblings", "[oracle][fi
     for (unsigned k = 0; k < 2; ++k)
       hs.push_back(h.rt.spawn([&, k] {
         Scope s(h.oracle, k ? b : a, "deliberately broken");
+        // Long stamped stretches (20 ms) between yields: the two intervals overlap
+        // as soon as both fibers run, however slowly the workers get through
+        // their picks (in a TCG guest each of the runtime checker's 900-odd log
+        // lines goes to an emulated serial console, and with 50 us stretches
+        // the oracle saw no overlap in 2 of 3 CI runs).
         const auto until = std::chrono::steady_clock::now() + 300ms;
         while (std::chrono::steady_clock::now() < until && h.oracle.violations.load() < 100) {
-          s.burn(50us);
+          s.burn(20ms);
           s.yield();
         }
       }, SpawnOptions{.cookie = k ? b : a, .pin_to_pu = core0[k]}));
