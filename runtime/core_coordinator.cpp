@@ -2,6 +2,7 @@
 #include "core_coordinator.hpp"
 
 #include "clock.hpp"
+#include "fiber_vtime.hpp"
 #include "io_ring.hpp"
 
 #include <algorithm>
@@ -125,14 +126,41 @@ void CoreCoordinator::requeue_locked(unsigned s, Fiber* f) {
   count_queued(f->cookie, +1);
 }
 
-void CoreCoordinator::enqueue_locked(unsigned s, Fiber* f, WakeList& wakes) {
-  siblings_[s]->queue.push(f);
+void CoreCoordinator::requeue_after_run_locked(unsigned s, Fiber* f, Requeue how) {
+  Sibling& me = *siblings_[s];
+  f->vtime = vtime::capped(f->vtime, me.vfloor.load(std::memory_order_relaxed));
+  if (how == Requeue::yielded) me.queue.push_behind_all(f);
+  else me.queue.insert(f, f->vtime - vtime::kGranularity);
   count_queued(f->cookie, +1);
+}
+
+void CoreCoordinator::adopt_locked(unsigned s, Fiber* f) {
+  Sibling& me = *siblings_[s];
+  f->vtime = vtime::placed(f->vtime, me.vfloor.load(std::memory_order_relaxed));
+  me.queue.push(f);
+  count_queued(f->cookie, +1);
+}
+
+void CoreCoordinator::enqueue_locked(unsigned s, Fiber* f, WakeList& wakes, Arrival why) {
   Sibling& target = *siblings_[s];
+  const std::uint32_t floor = target.vfloor.load(std::memory_order_relaxed);
+  f->vtime = why == Arrival::spawned ? floor : vtime::placed(f->vtime, floor);
+  target.queue.push(f);
+  count_queued(f->cookie, +1);
   if (target.sleeping) {
     target.sleeping = false;
     wakes.add(&target);
     return;
+  }
+  // A woken fiber placed behind the floor (it slept while others ran, and
+  // the runner is at the floor or just below) need not wait for the runner's
+  // slice to end: ask the runner to stop at its next preemption point (CFS's
+  // wake-up preemption); the vtime order then decides. Between cookies on an
+  // SMT core the core's pick decides, not this.
+  if (why == Arrival::woken && vtime::before(f->vtime, floor)) {
+    const std::uint64_t running = target.running.load(std::memory_order_relaxed);
+    if (running != kNoCookie && (single_pu_ || running == f->cookie))
+      target.preempt.store(true, std::memory_order_relaxed);
   }
   if (f->pinned != kNotPinned) return;
   // The target is busy: a sleeping sibling that can run this cookie takes it.

@@ -67,6 +67,9 @@ struct Sibling {
   // A hand-over to this forced-idle sibling is due (the ticker asked the
   // owner to stop): it spins, instead of sleeping, until this time (ns).
   std::atomic<std::uint64_t> spin_until{0};
+  // Within-cookie fairness (fiber_vtime.hpp), relaxed: written by the worker
+  // as it starts a fiber, read by wakers under the lock.
+  std::atomic<std::uint32_t> vfloor{0}; // the largest vtime started here (CFS's min_vruntime)
   bool sleeping = false;    // guarded: the worker is (about to be) blocked on wake_word
   bool forced_idle = false; // guarded: idle although the core has runnable fibers
 };
@@ -86,6 +89,19 @@ struct Pick {
   static constexpr std::uint64_t kNoGap = ~std::uint64_t{0};
   std::uint64_t handover_gap_ns = kNoGap;
   std::uint64_t handover_from = 0; // with handover_gap_ns: the cookie the core left
+};
+
+/// Why a fiber joins a queue: where it is placed in vtime (fiber_vtime.hpp).
+enum class Arrival {
+  spawned, ///< at the PU's floor
+  woken,   ///< at most the sleeper credit behind the floor; may preempt the PU's runner
+  moved,   ///< stolen from another core: clamped around the floor, never preempting
+};
+
+/// How a fiber that ran goes back to its queue.
+enum class Requeue {
+  yielded,   ///< this_fiber::yield(): behind every fiber of its cookie
+  preempted, ///< its slice ended: stays ahead while it leads the next by less than the granularity
 };
 
 struct CoreConfig {
@@ -128,9 +144,15 @@ public:
 
   // ---- under lock() ----
   /// Queues `f` on sibling `s` and wakes a sibling that can run it.
-  void enqueue_locked(unsigned s, Fiber* f, WakeList& wakes);
-  /// Puts a yielding fiber back on sibling `s`'s queue (no wake-ups).
+  void enqueue_locked(unsigned s, Fiber* f, WakeList& wakes, Arrival why = Arrival::woken);
+  /// Puts a fiber back on sibling `s`'s queue in its vtime order, as it is
+  /// (no wake-ups): a fiber picked and put back, or moved from the worker's
+  /// own queue.
   void requeue_locked(unsigned s, Fiber* f);
+  /// Puts the fiber that just ran on sibling `s` back on its queue (no wake-ups).
+  void requeue_after_run_locked(unsigned s, Fiber* f, Requeue how);
+  /// Queues a fiber stolen from another core on sibling `s` (no wake-ups).
+  void adopt_locked(unsigned s, Fiber* f);
   /// The core-wide pick for sibling `s`, whose fiber (if any) has stopped.
   Pick pick_locked(unsigned s, WakeList& wakes);
   /// Removes `f` from sibling `s`'s queue if it is there and has never run

@@ -48,7 +48,8 @@ struct Fiber {
   Scheduler* owner = nullptr; // the runtime it belongs to
   // --- run queue (guarded by the owning core's lock) ---
   Fiber* next = nullptr;
-  std::uint64_t seq = 0;   // FIFO order across a queue's cookie lists
+  std::uint32_t seq = 0;   // FIFO order across a queue's cookie lists (wraps: compare by difference)
+  std::uint32_t vtime = 0; // virtual runtime within its cookie, in ticks (fiber_vtime.hpp)
   // --- identity ---
   std::uint64_t id = 0;
   std::uint64_t cookie = 0;

@@ -207,7 +207,7 @@ void Worker::publish_running() {
   core_.lock().unlock();
   wakes.notify();
   if (!ok) {
-    reschedule(); // a sibling runs another cookie: resume only where this one may run
+    reschedule(Requeue::preempted); // a sibling runs another cookie: resume only where this one may run
     return;
   }
   restore_errno(); // the wake-ups made system calls

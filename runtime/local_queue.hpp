@@ -1,56 +1,53 @@
 // SPDX-License-Identifier: Apache-2.0
-// A plain intrusive FIFO of fibers, owned by one worker thread (no locking).
+// A worker's private queue of fibers, owned by one worker thread (no locking).
 // Used on single-PU cores, where no sibling needs cookies sorted out, so the
-// yield fast path is two pointer updates.
+// yield fast path is a comparison and two pointer updates. Ordered by virtual
+// runtime (fiber_list.hpp).
 #pragma once
 
-#include "fiber.hpp"
+#include "fiber_list.hpp"
 
 namespace coresched::detail {
 
 class LocalQueue {
 public:
-  bool empty() const noexcept { return head_ == nullptr; }
+  bool empty() const noexcept { return list_.empty(); }
   /// Fibers queued that are not pinned to this worker (others could run them).
   unsigned unpinned() const noexcept { return unpinned_; }
-  void push(Fiber* f) noexcept {
+  /// Queues `f` in vtime order, as if its vtime were `key`.
+  void insert(Fiber* f, std::uint32_t key) noexcept {
     unpinned_ += f->pinned == kNotPinned;
-    f->next = nullptr;
-    if (tail_) tail_->next = f;
-    else head_ = f;
-    tail_ = f;
+    list_.insert(f, key);
+  }
+  void push(Fiber* f) noexcept { insert(f, f->vtime); }
+  /// Queues `f` behind every other fiber (an explicit yield).
+  void push_behind_all(Fiber* f) noexcept {
+    unpinned_ += f->pinned == kNotPinned;
+    list_.append_behind_all(f);
   }
   Fiber* pop() noexcept {
-    Fiber* f = head_;
-    if (f) {
-      unpinned_ -= f->pinned == kNotPinned;
-      head_ = f->next;
-      if (!head_) tail_ = nullptr;
-      f->next = nullptr;
-    }
+    Fiber* f = list_.pop_front();
+    if (f) unpinned_ -= f->pinned == kNotPinned;
     return f;
   }
   bool contains(const Fiber* f) const noexcept {
-    for (const Fiber* x = head_; x; x = x->next)
+    for (const Fiber* x = list_.head; x; x = x->next)
       if (x == f) return true;
     return false;
   }
   bool remove(Fiber* f) noexcept {
     Fiber* prev = nullptr;
-    for (Fiber* x = head_; x; prev = x, x = x->next) {
+    for (Fiber* x = list_.head; x; prev = x, x = x->next) {
       if (x != f) continue;
       unpinned_ -= x->pinned == kNotPinned;
-      (prev ? prev->next : head_) = x->next;
-      if (tail_ == x) tail_ = prev;
-      x->next = nullptr;
+      list_.unlink(prev, x);
       return true;
     }
     return false;
   }
 
 private:
-  Fiber* head_ = nullptr;
-  Fiber* tail_ = nullptr;
+  FiberList list_;
   unsigned unpinned_ = 0;
 };
 

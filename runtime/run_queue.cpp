@@ -15,51 +15,57 @@ const RunQueue::List* RunQueue::find(std::uint64_t cookie) const noexcept {
   return nullptr;
 }
 
-void RunQueue::push(Fiber* f) noexcept {
-  List* l = find(f->cookie);
-  if (!l) {
-    // Reuse an empty list before growing: cookies come and go.
-    for (auto& e : lists_)
-      if (e.count == 0) { l = &e; break; }
-    if (!l) l = &lists_.emplace_back();
-    *l = List{f->cookie};
-  }
-  f->next = nullptr;
+RunQueue::List& RunQueue::list_for(std::uint64_t cookie) {
+  if (List* l = find(cookie)) return *l;
+  // Reuse an empty list before growing: cookies come and go.
+  for (auto& e : lists_)
+    if (e.count == 0) return e = List{cookie};
+  return lists_.emplace_back(List{cookie});
+}
+
+void RunQueue::insert(Fiber* f, std::uint32_t key) noexcept {
+  List& l = list_for(f->cookie);
   f->seq = next_seq_++;
-  if (l->tail) l->tail->next = f;
-  else l->head = f;
-  l->tail = f;
-  ++l->count;
+  l.fibers.insert(f, key);
+  ++l.count;
+  ++size_;
+}
+
+void RunQueue::push_behind_all(Fiber* f) noexcept {
+  List& l = list_for(f->cookie);
+  f->seq = next_seq_++;
+  l.fibers.append_behind_all(f);
+  ++l.count;
   ++size_;
 }
 
 Fiber* RunQueue::pop(std::uint64_t cookie) noexcept {
   List* l = find(cookie);
-  if (!l || !l->head) return nullptr;
-  Fiber* f = l->head;
-  l->head = f->next;
-  if (!l->head) l->tail = nullptr;
+  if (!l || l->fibers.empty()) return nullptr;
   --l->count;
   --size_;
-  f->next = nullptr;
-  return f;
+  return l->fibers.pop_front();
 }
 
 Fiber* RunQueue::pop_oldest() noexcept {
   List* best = nullptr;
-  for (auto& l : lists_)
-    if (l.head && (!best || l.head->seq < best->head->seq)) best = &l;
+  for (auto& l : lists_) {
+    const Fiber* h = l.fibers.head;
+    if (!h) continue;
+    const Fiber* b = best ? best->fibers.head : nullptr;
+    if (!b || vtime::before(h->vtime, b->vtime) ||
+        (h->vtime == b->vtime && static_cast<std::int32_t>(h->seq - b->seq) < 0))
+      best = &l;
+  }
   return best ? pop(best->cookie) : nullptr;
 }
 
 Fiber* RunQueue::unlink_first_unpinned(List& l) noexcept {
   Fiber* prev = nullptr;
-  for (Fiber* f = l.head; f; prev = f, f = f->next) {
+  for (Fiber* f = l.fibers.head; f; prev = f, f = f->next) {
     if (f->pinned != kNotPinned) continue;
-    (prev ? prev->next : l.head) = f->next;
-    if (l.tail == f) l.tail = prev;
+    l.fibers.unlink(prev, f);
     --l.count;
-    f->next = nullptr;
     return f;
   }
   return nullptr;
@@ -67,7 +73,7 @@ Fiber* RunQueue::unlink_first_unpinned(List& l) noexcept {
 
 Fiber* RunQueue::steal(std::uint64_t cookie, bool any) noexcept {
   for (auto& l : lists_) {
-    if (!l.head || (!any && l.cookie != cookie)) continue;
+    if (l.fibers.empty() || (!any && l.cookie != cookie)) continue;
     if (Fiber* f = unlink_first_unpinned(l)) {
       --size_;
       return f;
@@ -81,7 +87,7 @@ Fiber* RunQueue::steal(std::uint64_t cookie, bool any) noexcept {
 // be read until it is known to be queued here (and so stopped).
 bool RunQueue::contains(const Fiber* f) const noexcept {
   for (const auto& l : lists_)
-    for (const Fiber* x = l.head; x; x = x->next)
+    for (const Fiber* x = l.fibers.head; x; x = x->next)
       if (x == f) return true;
   return false;
 }
@@ -90,13 +96,11 @@ bool RunQueue::remove(Fiber* f) noexcept {
   List* l = find(f->cookie);
   if (!l) return false;
   Fiber* prev = nullptr;
-  for (Fiber* x = l->head; x; prev = x, x = x->next) {
+  for (Fiber* x = l->fibers.head; x; prev = x, x = x->next) {
     if (x != f) continue;
-    (prev ? prev->next : l->head) = x->next;
-    if (l->tail == x) l->tail = prev;
+    l->fibers.unlink(prev, x);
     --l->count;
     --size_;
-    x->next = nullptr;
     return true;
   }
   return false;

@@ -160,7 +160,7 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
   if (local) here->count_spawned();
   if (f->pinned != kNotPinned && !(local && here->index() == static_cast<unsigned>(f->pinned))) {
     f->last_worker = static_cast<unsigned>(f->pinned);
-    enqueue_on(f->last_worker, f);
+    enqueue_on(f->last_worker, f, Arrival::spawned);
   } else if (local) {
     // Spawned by a fiber: queue locally (cache-warm); a backlog wakes a helper to steal.
     f->last_worker = here->index();
@@ -168,25 +168,25 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
     if (here->core().queued_hint() > 1) wake_helper(*here);
   } else {
     f->last_worker = next_external_.fetch_add(1, std::memory_order_relaxed) % static_cast<unsigned>(workers_.size());
-    place(f);
+    place(f, Arrival::spawned);
   }
   return t;
 }
 
-void Scheduler::enqueue_on(unsigned w, Fiber* f) {
+void Scheduler::enqueue_on(unsigned w, Fiber* f, Arrival why) {
   Worker& target = *workers_[w];
   WakeList wakes;
   target.core().lock().lock();
-  target.core().enqueue_locked(target.sibling_index(), f, wakes);
+  target.core().enqueue_locked(target.sibling_index(), f, wakes, why);
   target.core().lock().unlock();
   wakes.notify();
 }
 
-void Scheduler::place(Fiber* f) {
+void Scheduler::place(Fiber* f, Arrival why) {
   const unsigned to = f->pinned != kNotPinned ? static_cast<unsigned>(f->pinned) : choose_worker(*f, f->last_worker);
   if (trace_) [[unlikely]]
     trace_wakeup(*f, to);
-  enqueue_on(to, f);
+  enqueue_on(to, f, why);
 }
 
 void Scheduler::trace_wakeup(const Fiber& f, unsigned to) noexcept {
@@ -200,8 +200,13 @@ unsigned Scheduler::choose_worker(const Fiber& f, unsigned prev) const {
   if (f.pinned != kNotPinned) return static_cast<unsigned>(f.pinned);
   const unsigned w = placement_->choose(f.cookie, prev, options_.placement);
   if (w != PlacementIndex::kNone) return w;
+  // Busy everywhere: stay near the waker (cache-warm, as Go's runnext), unless
+  // fibers already wait there. Then go back to the fiber's previous worker,
+  // where it preempts the runner if it slept long enough (fiber_vtime.hpp):
+  // a waker that wakes eight clients must not stack them all on its own
+  // worker, as the kernel's wake_affine does not (latt, seed 003).
   Worker* here = Worker::current();
-  if (here && &here->scheduler() == this) return here->index(); // busy everywhere: stay near the waker
+  if (here && &here->scheduler() == this && here->nothing_queued()) return here->index();
   return prev;
 }
 
@@ -263,6 +268,7 @@ unsigned Scheduler::steal_for(Worker& thief, const Pick& p, Fiber** out) {
 // (or half of one while a sibling is forced idle, the kernel's rule) is asked
 // to yield at its next preemption point.
 bool Scheduler::tick() {
+  ticks_.store(ticks_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); // only the ticker writes it
   bool any_busy = false;
   for (auto& wp : workers_) {
     Worker& w = *wp;

@@ -47,9 +47,9 @@ public:
   Task* spawn(const SpawnOptions& opts, std::size_t size, std::size_t align, void (*construct)(void*, void*),
               void* arg);
   /// Places a runnable fiber on a worker and queues it there.
-  void place(Fiber* f);
+  void place(Fiber* f, Arrival why = Arrival::woken);
   /// Queues `f` on worker `w`.
-  void enqueue_on(unsigned w, Fiber* f);
+  void enqueue_on(unsigned w, Fiber* f, Arrival why);
   /// Most fibers one steal takes.
   static constexpr unsigned kStealBatch = 128;
   /// Takes fibers from another core for `thief`, nearest core first, into
@@ -69,6 +69,9 @@ public:
   void stop_spinning() noexcept { spinning_.fetch_sub(1, std::memory_order_relaxed); }
   /// The slice tick; returns whether any worker is busy.
   bool tick();
+  /// Ticks so far: the unit fibers are charged in (fiber_vtime.hpp).
+  std::uint32_t ticks() const noexcept { return ticks_.load(std::memory_order_relaxed); }
+  const std::atomic<std::uint32_t>& tick_counter() const noexcept { return ticks_; }
   /// A worker became busy: make sure the tick runs.
   void note_busy() { if (!ticker_->ticking()) ticker_->poke(); }
 
@@ -117,6 +120,7 @@ private:
   std::atomic<std::uint64_t> external_spawned_{0}; // spawns from threads that are not its workers
   std::atomic<bool> stopping_{false};
   std::atomic<bool> exiting_{false};
+  std::atomic<std::uint32_t> ticks_{0};
   std::atomic<int> spinning_{0};
   std::atomic<int> idle_count_{0};
   std::atomic<unsigned> next_external_{0};

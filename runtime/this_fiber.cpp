@@ -35,7 +35,7 @@ void preempt_point() noexcept {
   if (!flag || !flag->load(std::memory_order_relaxed)) [[likely]]
     return;
   detail::Worker* w = detail::Worker::current();
-  if (w->in_task()) w->yield();
+  if (w->in_task()) w->preempt();
 }
 
 void sleep_until(std::chrono::steady_clock::time_point t) {

@@ -2,6 +2,7 @@
 #include "worker.hpp"
 
 #include "clock.hpp"
+#include "fiber_vtime.hpp"
 #include "futex.hpp"
 #include "hwloc_handle.hpp"
 #include "log.hpp"
@@ -40,7 +41,8 @@ constexpr int kPausesPerRound = 8;
 Worker::Worker(Scheduler& sched, const PuInfo& pu, CoreCoordinator& core, unsigned sibling,
                SharedStackPool& stacks, RecordDepot& records)
     : sched_(sched), pu_(pu), index_(pu.index), core_(core), sibling_(sibling), sib_(&core.sibling(sibling)),
-      stacks_(stacks), records_(records), trace_(sched.trace() ? &sched.trace()->ring(pu.index) : nullptr) {
+      stacks_(stacks), records_(records), ticks_(&sched.tick_counter()),
+      trace_(sched.trace() ? &sched.trace()->ring(pu.index) : nullptr) {
   idle_ctx_.is_task = false;
   idle_ctx_.fresh = false;
 }
@@ -130,6 +132,7 @@ void Worker::thread_main() {
 
 void Worker::begin_run(Fiber* f) {
   f->state.store(FiberState::running, std::memory_order_relaxed);
+  publish_vtime(f);
   f->last_worker = index_;
   switches.store(switches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   running_id.store(f->id, std::memory_order_relaxed);
@@ -144,6 +147,25 @@ void Worker::begin_run(Fiber* f) {
   if (trace_) [[unlikely]]
     trace_run(f);
   check_isolation(f);
+}
+
+// Within-cookie fairness (fiber_vtime.hpp): `f` starts or goes on running
+// here, so the PU's floor is at least its vtime.
+void Worker::publish_vtime(const Fiber* f) noexcept {
+  if (vtime::before(sib_->vfloor.load(std::memory_order_relaxed), f->vtime))
+    sib_->vfloor.store(f->vtime, std::memory_order_relaxed);
+}
+
+// The ticks that passed since `f` started (or was last charged): its run,
+// sampled (fiber_vtime.hpp). At most kMaxLead per run: `f` started at or
+// below the floor, so it never goes back to a queue more than kMaxLead ahead
+// of it (a fiber that ran for seconds without a preemption point must not
+// then wait for seconds).
+void Worker::charge(Fiber* f) noexcept {
+  const std::uint32_t t = ticks_->load(std::memory_order_relaxed);
+  const std::uint32_t ran = t - run_tick_;
+  f->vtime += ran < vtime::kMaxLead ? ran : vtime::kMaxLead;
+  run_tick_ = t;
 }
 
 // Trace: ends the open run span and, for a task fiber, opens the next one.
@@ -186,6 +208,7 @@ void Worker::switch_to(Fiber* next, After after) {
     if (!prev_->is_task) {
       busy.store(true, std::memory_order_relaxed);
       sched_.note_busy();
+      run_tick_ = ticks_->load(std::memory_order_relaxed); // from a task fiber, charge() has just set it
     }
     begin_run(next);
   } else {
@@ -275,6 +298,7 @@ void Worker::spill_local_locked() {
 
 bool Worker::push_local(Fiber* f) {
   if (!local_ok(f)) return false;
+  f->vtime = sib_->vfloor.load(std::memory_order_relaxed); // Arrival::spawned
   local_.push(f);
   return true;
 }
@@ -284,7 +308,7 @@ void Worker::enqueue_spawned(Fiber* f) {
   WakeList wakes;
   core_.lock().lock();
   spill_local_locked();
-  core_.enqueue_locked(sibling_, f, wakes);
+  core_.enqueue_locked(sibling_, f, wakes, Arrival::spawned);
   core_.lock().unlock();
   wakes.notify();
 }
@@ -313,52 +337,71 @@ Pick Worker::pick() {
 
 // ---------------------------------------------------------------- fiber calls
 
-void Worker::yield() {
-  save_errno();
-  reschedule();
-}
-
-void Worker::reschedule() {
+void Worker::reschedule(Requeue how) {
   Fiber* self = current_;
-  if (local_ok(self)) {
-    // Single-PU fast path: nothing shared to look at, nobody idle to share with.
-    Sibling& me = sibling();
-    if (me.preempt.load(std::memory_order_relaxed)) me.preempt.store(false, std::memory_order_relaxed);
-    if (local_.empty()) {
+  charge(self);
+  if (!local_ok(self)) return reschedule_shared(self, how);
+  // Single-PU fast path: nothing shared to look at, nobody idle to share with.
+  Sibling& me = sibling();
+  if (me.preempt.load(std::memory_order_relaxed)) me.preempt.store(false, std::memory_order_relaxed);
+  if (local_.empty()) {
+    switches.store(switches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    publish_vtime(self);
+    return;
+  }
+  // As requeue_after_run_locked, on the private queue (charge() keeps the
+  // vtime within kMaxLead of the floor). A yield always lets the next one run.
+  Fiber* next;
+  if (how == Requeue::preempted) {
+    local_.insert(self, self->vtime - vtime::kGranularity);
+    next = local_.pop();
+    if (next == self) { // it still leads the others by less than the granularity
       switches.store(switches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      publish_vtime(self);
       return;
     }
-    Fiber* next = local_.pop();
+    if (next->fresh && !give_stack(next)) [[unlikely]] {
+      local_.push(next); // no memory for its stack yet: `self` runs on
+      local_.remove(self);
+      return;
+    }
+  } else {
+    next = local_.pop();
     if (next->fresh && !give_stack(next)) [[unlikely]] {
       local_.push(next); // no memory for its stack yet: `self` runs on
       return;
     }
-    local_.push(self);
-    if (me.running.load(std::memory_order_relaxed) != next->cookie)
-      me.running.store(next->cookie, std::memory_order_release);
-    // `self` is invisible to other workers until its context is saved.
-    prev_ = self;
-    after_ = After::none;
-    current_ = next;
-    begin_run(next);
-    jump(*self, *next, false);
-    return;
+    local_.push_behind_all(self);
   }
+  if (me.running.load(std::memory_order_relaxed) != next->cookie)
+    me.running.store(next->cookie, std::memory_order_release);
+  // `self` is invisible to other workers until its context is saved.
+  prev_ = self;
+  after_ = After::none;
+  current_ = next;
+  begin_run(next);
+  jump(*self, *next, false);
+}
+
+// Out of line: its locks and wake list must not cost the fast path above a
+// frame of half a kilobyte and five saved registers.
+__attribute__((noinline)) void Worker::reschedule_shared(Fiber* self, Requeue how) {
   poll_io();
   self->context_saved.store(false, std::memory_order_relaxed);
   self->state.store(FiberState::runnable, std::memory_order_relaxed);
   WakeList wakes;
   core_.lock().lock();
   spill_local_locked();
-  core_.requeue_locked(sibling_, self);
+  core_.requeue_after_run_locked(sibling_, self, how);
   Pick p = core_.pick_locked(sibling_, wakes);
   core_.lock().unlock();
   wakes.notify();
   if (trace_ && p.handover_gap_ns != Pick::kNoGap) [[unlikely]] trace_handover(p);
-  if (p.fiber == self) { // nothing else to run here
+  if (p.fiber == self) { // nothing else to run here, or it still leads by less than the granularity
     self->context_saved.store(true, std::memory_order_relaxed);
     self->state.store(FiberState::running, std::memory_order_relaxed);
     switches.store(switches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    publish_vtime(self);
     check_isolation(self); // it republished its cookie under the lock
     restore_errno();          // poll_io and the wake-ups made system calls
     return;
@@ -368,6 +411,7 @@ void Worker::reschedule() {
 
 void Worker::park(const WaitInfo& why) {
   save_errno();
+  charge(current_);
   WaitInfo& w = current_->stack.header()->wait; // read by the dump while the fiber is parked
   w = why;
   w.since_ns = now_ns();
@@ -422,7 +466,7 @@ Fiber* Worker::find_work() {
     if (const unsigned n = sched_.steal_for(*this, p, stolen)) {
       steals_.fetch_add(n, std::memory_order_relaxed);
       core_.lock().lock();
-      for (unsigned i = 0; i < n; ++i) core_.requeue_locked(sibling_, stolen[i]);
+      for (unsigned i = 0; i < n; ++i) core_.adopt_locked(sibling_, stolen[i]);
       core_.lock().unlock();
       continue;
     }

@@ -76,14 +76,25 @@ public:
   /// This worker's io_uring (use only on this worker's thread).
   IoRing& ring() noexcept { return ring_; }
 
+  /// No fiber waits to run here (this worker's thread; its core's count is a hint).
+  bool nothing_queued() const noexcept { return local_.empty() && core_.queued_hint() == 0; }
   /// The fiber running now (a task fiber, or the idle context).
   Fiber* running() const noexcept { return current_; }
   bool in_task() const noexcept { return current_ && current_->is_task; }
 
   // ---- called on the running fiber ----
-  void yield();
-  /// yield() without saving errno first (the caller saved it).
-  void reschedule();
+  /// this_fiber::yield(): behind every other fiber of its cookie here.
+  void yield() {
+    save_errno();
+    reschedule(Requeue::yielded);
+  }
+  /// A preemption point that found its flag set: back in vtime order.
+  void preempt() {
+    save_errno();
+    reschedule(Requeue::preempted);
+  }
+  /// yield() or preempt() without saving errno first (the caller saved it).
+  void reschedule(Requeue how);
   /// errno is the fiber's own across every suspension: saved where a
   /// suspension begins, before the runtime's own system calls, and loaded
   /// when the fiber resumes (after_resume) or returns without a switch.
@@ -170,6 +181,9 @@ private:
   static void run_to_completion(Fiber* f) noexcept;
   bool may_run_inline(const Fiber* parent, const Fiber* child) const noexcept;
   void begin_run(Fiber* f);
+  void reschedule_shared(Fiber* self, Requeue how);
+  void charge(Fiber* f) noexcept;
+  void publish_vtime(const Fiber* f) noexcept;
   void check_isolation(const Fiber* f);
   Pick pick();
   [[noreturn]] static void fiber_main(ctx::transfer_t t);
@@ -219,6 +233,8 @@ private:
   bool stack_starved_ = false; // a fiber could not get a stack: the idle loop backs off
   Fiber* current_ = nullptr;
   Fiber* prev_ = nullptr;
+  std::uint32_t run_tick_ = 0; // the scheduler's tick count when the running fiber was last charged
+  const std::atomic<std::uint32_t>* ticks_; // the scheduler's tick count (cached: read on every switch)
   After after_ = After::none;
 
   // Per-cookie CPU time is charged in segments that end only when the cookie

@@ -225,3 +225,40 @@ TEST_CASE("a sleeping runtime wakes for a fiber spawned from a foreign thread", 
   foreign.join();
   CHECK(got == 5);
 }
+
+TEST_CASE("a fiber woken beside a CPU-bound fiber of its cookie runs at the runner's next preemption point", "[fibers][vtime]") {
+  // The latt seed's finding: a woken client waited for a busy fiber's slice to
+  // end. It slept, so it is behind in virtual runtime and the runner is asked
+  // to stop at once (fiber_vtime.hpp). With a 40 ms slice, waiting for the
+  // slice would average ~20 ms; the preemption point comes every few us.
+  Options o = topo("core:1 pu:1");
+  o.slice = 40ms;
+  Runtime rt(o);
+  std::atomic<bool> stop{false};
+  auto busy = rt.spawn([&] { test_support::busy_until(stop); });
+  constexpr int kRounds = 20;
+  Event go[kRounds];
+  std::atomic<std::int64_t> set_at[kRounds];
+  std::atomic<int> waiting{-1};
+  auto sleeper = rt.spawn([&] {
+    std::chrono::nanoseconds late{0};
+    for (int i = 0; i < kRounds; ++i) {
+      waiting = i;
+      go[i].wait();
+      late += std::chrono::steady_clock::now().time_since_epoch() - std::chrono::nanoseconds(set_at[i].load());
+    }
+    return late / kRounds;
+  });
+  for (int i = 0; i < kRounds; ++i) {
+    while (waiting.load() != i) std::this_thread::sleep_for(100us); // a new fiber may wait for the busy one's turn
+    std::this_thread::sleep_for(3ms + std::chrono::milliseconds(i % 5)); // the sleeper parks meanwhile
+    set_at[i] = std::chrono::steady_clock::now().time_since_epoch().count();
+    go[i].set(); // from a plain thread: the wake-up goes through the core's queue
+  }
+  const auto average = sleeper.join();
+  stop = true;
+  busy.join();
+  const double ms = static_cast<double>(average.count()) / 1e6;
+  INFO("average wake-to-run " << ms << " ms");
+  CHECK(average < o.slice / 8);
+}

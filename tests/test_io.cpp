@@ -285,14 +285,7 @@ TEST_CASE("a timer on a busy worker fires within a tick, not at the end of the s
   o.slice = 40ms;
   Runtime rt(o);
   std::atomic<bool> stop{false};
-  auto busy = rt.spawn([&] {
-    while (!stop.load()) {
-      std::uint64_t x = 1;
-      for (int i = 0; i < 500; ++i) x = x * 6364136223846793005ull + 1;
-      asm volatile("" : : "r"(x));
-      this_fiber::preempt_point();
-    }
-  });
+  auto busy = rt.spawn([&] { test_support::busy_until(stop); });
   auto sleeper = rt.spawn([&] {
     std::chrono::nanoseconds late{0};
     constexpr int kSleeps = 30;

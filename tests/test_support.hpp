@@ -3,7 +3,10 @@
 #pragma once
 
 #include <coresched/options.hpp>
+#include <coresched/this_fiber.hpp>
 
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 
 namespace test_support {
@@ -21,6 +24,17 @@ inline coresched::Options topo(const char* spec,
 inline double stress_scale() {
   const char* s = std::getenv("CORESCHED_STRESS_SCALE");
   return s ? std::atof(s) : 1.0;
+}
+
+/// A CPU-bound fiber's body: arithmetic with a preemption point every few
+/// microseconds, until `stop`.
+inline void busy_until(const std::atomic<bool>& stop) {
+  while (!stop.load(std::memory_order_relaxed)) {
+    std::uint64_t x = 1;
+    for (int i = 0; i < 500; ++i) x = x * 6364136223846793005ull + 1;
+    asm volatile("" : : "r"(x));
+    coresched::this_fiber::preempt_point();
+  }
 }
 
 } // namespace test_support
