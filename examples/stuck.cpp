@@ -25,6 +25,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -89,7 +90,10 @@ constexpr auto tenant_b = cs::Cookie::from_value(2);
   asm volatile("" ::: "memory");
 }
 
-[[gnu::noinline]] void join_the_reader(cs::JoinHandle<long>& reader) {
+[[gnu::noinline]] void join_the_reader(cs::JoinHandle<long>& reader, const std::atomic<bool>& reader_started) {
+  // A reader that has not started yet would run inline, on this stack (same cookie): then nobody would be
+  // parked in "join". So wait until it runs on its own.
+  while (!reader_started.load()) cs::this_fiber::yield();
   reader.join();
   asm volatile("" ::: "memory");
 }
@@ -147,9 +151,13 @@ int main(int argc, char** argv) {
   auto holder = rt.spawn([&] { hold_mutex_and_wait(m, never); }, cs::SpawnOptions{.cookie = tenant_a});
   auto mutex_waiter = rt.spawn([&] { wait_for_mutex(m); }, cs::SpawnOptions{.cookie = tenant_b});
   auto event_waiter = rt.spawn([&] { wait_for_event(never); }, cs::SpawnOptions{.cookie = tenant_b});
-  auto reader = rt.spawn([&] { return read_from_pipe(fds[0]); }, cs::SpawnOptions{.cookie = tenant_a});
+  std::atomic<bool> reader_started{false};
+  auto reader = rt.spawn([&] {
+      reader_started.store(true);
+      return read_from_pipe(fds[0]);
+    }, cs::SpawnOptions{.cookie = tenant_a});
   auto sleeper = rt.spawn([] { sleep_an_hour(); }, cs::SpawnOptions{.cookie = tenant_b});
-  auto joiner = rt.spawn([&] { join_the_reader(reader); }, cs::SpawnOptions{.cookie = tenant_a});
+  auto joiner = rt.spawn([&] { join_the_reader(reader, reader_started); }, cs::SpawnOptions{.cookie = tenant_a});
   auto inline_parent =
       rt.spawn([&] { join_inline_child(never); }, cs::SpawnOptions{.cookie = tenant_a, .pin_to_pu = 0});
   stuck_ids = {holder.id(), mutex_waiter.id(), event_waiter.id(), reader.id(), sleeper.id(), joiner.id(),
