@@ -389,9 +389,9 @@ Pick CoreCoordinator::pick_locked(unsigned s, WakeList& wakes) {
   return p;
 }
 
-bool CoreCoordinator::remove_unstarted_locked(unsigned s, Fiber* f) {
+bool CoreCoordinator::remove_unstarted_locked(unsigned s, Fiber* f, const JoinRecord* j) {
   RunQueue& q = siblings_[s]->queue;
-  if (!q.contains(f) || !f->fresh) return false;
+  if (!q.contains(f) || f->join != j || !f->fresh) return false;
   q.remove(f);
   count_queued(f->cookie, -1);
   return true;

@@ -155,9 +155,10 @@ public:
   void adopt_locked(unsigned s, Fiber* f);
   /// The core-wide pick for sibling `s`, whose fiber (if any) has stopped.
   Pick pick_locked(unsigned s, WakeList& wakes);
-  /// Removes `f` from sibling `s`'s queue if it is there and has never run
-  /// (then no other worker can touch it, so its fields are safe to read).
-  bool remove_unstarted_locked(unsigned s, Fiber* f);
+  /// Removes `f` from sibling `s`'s queue if it is there, has never run and is
+  /// still the fiber of `j` (then no other worker can touch it, so its fields
+  /// are safe to read; `f` may be a stale pointer until it is found).
+  bool remove_unstarted_locked(unsigned s, Fiber* f, const JoinRecord* j);
   /// Takes unpinned queued fibers for a worker of another core: up to `max`,
   /// and at most half of what is queued here (the victim keeps work too). The
   /// first one's cookie is `cookie` (any if `any`); the rest share it. Returns

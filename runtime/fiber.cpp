@@ -8,20 +8,20 @@
 
 namespace coresched::detail {
 
-void release_fiber(Fiber* f) noexcept {
-  if (f->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  const bool recyclable = f->recyclable;
-  const Scheduler* owner = f->owner;
-  f->task()->~Task();
-  f->~Fiber();
-  free_record(f, recyclable, owner);
+void release_join(JoinRecord* j) noexcept {
+  if (j->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  const bool recyclable = j->recyclable;
+  j->task()->~Task();
+  j->~JoinRecord();
+  free_record(j, kJoinBytes, recyclable);
 }
 
-void free_record(void* mem, bool recyclable, const Scheduler* owner) noexcept {
-  // A handle may outlive its runtime, so `owner` is only compared, never
-  // followed: a worker of the same runtime proves the runtime is alive.
+void free_record(void* mem, std::size_t bytes, bool recyclable) noexcept {
+  // Any worker's cache will do, even another runtime's: every block of a size
+  // is a plain operator-new block of that size. A handle released on a plain
+  // thread (perhaps after its runtime is gone) gives the block to malloc.
   Worker* w = recyclable ? Worker::current() : nullptr;
-  if (w && &w->scheduler() == owner) w->records().put(mem);
+  if (w) w->records(bytes).put(mem);
   else ::operator delete(mem);
 }
 

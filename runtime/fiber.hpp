@@ -1,15 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// The fiber control block: scheduling state, saved context, join state. It is
-// allocated in one piece with the user's task (see kTaskOffset), so a spawn
-// costs one allocation. A fiber gets a stack only when it first runs, so a
-// million queued fibers hold no stacks.
+// The fiber's scheduling record: queue links, identity, saved context, stack,
+// carried exception state. What its handle keeps — the join state and the
+// task — is a block of its own (join_record.hpp), so this record goes back to
+// its worker's free list as soon as the fiber retires. A fiber gets a stack
+// only when it first runs, so a million queued fibers hold no stacks.
 #pragma once
 
 #include "eh_state.hpp"
-#include "spin_lock.hpp"
+#include "join_record.hpp"
 #include "stack_pool.hpp"
-
-#include <coresched/join_handle.hpp>
 
 #include <atomic>
 #include <boost/context/detail/fcontext.hpp>
@@ -61,44 +60,25 @@ struct Fiber {
   std::size_t stack_size = 0;
   bool fresh = true;            // never run: no stack, no context yet
   bool is_task = true;          // false for a worker's idle context
-  bool recyclable = false;      // a kRecordBytes block (record_cache.hpp)
   std::atomic<bool> context_saved{true}; // false while switching out after being queued
   std::atomic<FiberState> state{FiberState::runnable};
   CarriedState carried;         // exception state and errno while switched out (eh_state.hpp)
   [[no_unique_address]] SanitizerState san; // empty in normal builds
-  // --- lifetime and join ---
-  std::atomic<int> refs{1};
-  SpinLock join_lock;
-  std::atomic<std::uint32_t> done{0};
-  Fiber* joiner = nullptr;   // a fiber suspended in join
-  bool thread_joiner = false; // a plain thread blocked in join (futex on `done`)
-  bool handle_gone = false;   // detached, or its handle dropped before it finished: nobody
-                              // collects the result, so the fiber destroys it itself
-  // --- for the fiber dump only (in what was padding: the record did not grow) ---
+  // --- join: the handle's block, alive at least until the fiber finishes ---
+  JoinRecord* join = nullptr; // null for a worker's idle context
+  // --- for the fiber dump only ---
   Fiber* inline_child = nullptr; // a child it joins inline, running on this fiber's stack
 
-  Task* task() noexcept;
-  static Fiber* of(const Task* t) noexcept;
+  Task* task() noexcept { return join->task(); }
 };
 
-/// Where the task lives behind the control block. Plain operator new (16-byte
-/// alignment) keeps the block in malloc's per-thread cache; an aligned new
-/// would take glibc's slow memalign path on every spawn.
-inline constexpr std::size_t kTaskAlign = alignof(std::max_align_t);
-inline constexpr std::size_t kTaskOffset = (sizeof(Fiber) + kTaskAlign - 1) / kTaskAlign * kTaskAlign;
+/// The size of every fiber record (they all come from the workers' caches).
+/// 120 bytes in a normal build, a 128-byte malloc chunk (glibc adds 8).
+inline constexpr std::size_t kFiberBytes = (sizeof(Fiber) + 7) / 8 * 8;
 
-inline Task* Fiber::task() noexcept {
-  return reinterpret_cast<Task*>(reinterpret_cast<char*>(this) + kTaskOffset);
-}
-inline Fiber* Fiber::of(const Task* t) noexcept {
-  return reinterpret_cast<Fiber*>(reinterpret_cast<char*>(const_cast<Task*>(t)) - kTaskOffset);
-}
-
-/// Destroys the task and frees the block when the last reference goes.
-void release_fiber(Fiber* f) noexcept;
-/// Frees a fiber's memory block: into the calling worker's record cache if
-/// it is recyclable and the worker belongs to `owner`, otherwise to malloc.
-void free_record(void* mem, bool recyclable, const Scheduler* owner) noexcept;
+/// Frees a block of `bytes` (kFiberBytes or kJoinBytes when `recyclable`):
+/// into the calling worker's cache of that size if there is one, else to malloc.
+void free_record(void* mem, std::size_t bytes, bool recyclable) noexcept;
 /// Makes a parked fiber runnable on its own runtime (no-op unless parked or parking).
 void wake_fiber(Fiber* f);
 

@@ -67,23 +67,39 @@ void Worker::wait_for_stack(Fiber* f) {
 // destroys it in its owner's context: release_task). Only then is the joiner
 // woken, and only after this returns does the worker pick anything else.
 // Static: the fiber may have migrated in any of it, so no worker is cached.
-void Worker::run_to_completion(Fiber* f) noexcept {
-  f->task()->run();
-  f->join_lock.lock();
-  if (f->handle_gone) {
+//
+// `by_handle`: run inline by the joiner (run_inline), which holds the handle
+// and is waiting in join() right beneath on this stack. Then nobody else can
+// be waiting for the fiber, drop its handle or collect its result until this
+// returns, so the handshake below has nobody to meet: `done` is set and the
+// fiber's reference dropped with plain stores (spawn+join pays for every
+// instruction here).
+void Worker::run_to_completion(Fiber* f, bool by_handle) noexcept {
+  JoinRecord* j = f->join;
+  j->task()->run();
+  f->state.store(FiberState::done, std::memory_order_relaxed);
+  if (by_handle) {
+    j->done.store(1, std::memory_order_relaxed);
+    j->refs.store(1, std::memory_order_relaxed); // the handle's
+    return;
+  }
+  j->lock.lock();
+  if (j->handle_gone) {
     // handle_gone never goes back to false, and with the handle gone nobody
     // can read the result or wait for `done` meanwhile.
-    f->join_lock.unlock();
-    f->task()->discard_result();
-    f->join_lock.lock();
+    j->lock.unlock();
+    j->task()->discard_result();
+    j->lock.lock();
   }
-  f->state.store(FiberState::done, std::memory_order_relaxed);
-  f->done.store(1, std::memory_order_release);
-  Fiber* joiner = std::exchange(f->joiner, nullptr);
-  const bool thread_waits = f->thread_joiner;
-  f->join_lock.unlock();
-  if (thread_waits) futex_wake(f->done, INT_MAX); // a plain thread is blocked in join
+  j->done.store(1, std::memory_order_release);
+  Fiber* joiner = std::exchange(j->joiner, nullptr);
+  const bool thread_waits = j->thread_joiner;
+  j->lock.unlock();
+  if (thread_waits) futex_wake(j->done, INT_MAX); // a plain thread is blocked in join
   if (joiner) wake_fiber(joiner);
+  // The fiber's reference goes last: the futex word above lives in `j`. If the
+  // handle is gone too, this frees the block (only empty task state is left).
+  release_join(j);
 }
 
 void Worker::fiber_main(ctx::transfer_t t) {
@@ -97,7 +113,7 @@ void Worker::fiber_main(ctx::transfer_t t) {
 void Worker::fiber_loop() {
   for (;;) {
     Fiber* f = Worker::current()->current_;
-    run_to_completion(f);
+    run_to_completion(f, false);
     Worker* w = Worker::current(); // the fiber may have migrated
     const Pick p = w->pick();
     Fiber* next = p.kind == Pick::Kind::run ? p.fiber : &w->idle_ctx_;
@@ -131,16 +147,16 @@ bool Worker::may_run_inline(const Fiber* parent, const Fiber* child) const noexc
          (child->pinned == kNotPinned || child->pinned == parent->pinned);
 }
 
-bool Worker::run_inline(Fiber* f) {
+bool Worker::run_inline(Fiber* f, const JoinRecord* j) {
   Fiber* parent = current_;
   // Only a child still queued here is certainly not running elsewhere; its
-  // fields may be read only once that is established.
+  // fields may be read only once that is established. Then `join` says
+  // whether it is still the fiber of `j`: the record may have been freed and
+  // reused by another fiber since the joiner read it.
   bool mine = false;
-  if (local_.contains(f)) {
-    mine = f->fresh && local_.remove(f);
-  } else {
+  if (!local_.find_and_remove(f, [j](const Fiber* x) { return x->join == j && x->fresh; }, mine)) {
     core_.lock().lock();
-    mine = core_.remove_unstarted_locked(sibling_, f);
+    mine = core_.remove_unstarted_locked(sibling_, f, j);
     core_.lock().unlock();
   }
   if (!mine) return false;
@@ -165,7 +181,7 @@ bool Worker::run_inline(Fiber* f) {
   }
   current_ = f;
   begin_run(f);
-  run_to_completion(f);
+  run_to_completion(f, true);
   Worker* w = Worker::current(); // the child may have migrated, and the parent with it
   if (handling) [[unlikely]]
     w->thread_state_.load(parent->carried);
@@ -179,7 +195,7 @@ bool Worker::run_inline(Fiber* f) {
     w->trace_run(parent);
   parent->state.store(FiberState::running, std::memory_order_relaxed);
   parent->last_worker = w->pu_.index;
-  release_fiber(f); // the runtime's part only: its user state went in run_to_completion
+  w->recycle(f); // the runtime's part only: its user state went in run_to_completion
   w->count_retired();
   if (w->sib_->running.load(std::memory_order_relaxed) != parent->cookie)
     w->publish_running(); // the child changed its cookie

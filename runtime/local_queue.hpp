@@ -30,20 +30,27 @@ public:
     if (f) unpinned_ -= f->pinned == kNotPinned;
     return f;
   }
-  bool contains(const Fiber* f) const noexcept {
-    for (const Fiber* x = list_.head; x; x = x->next)
-      if (x == f) return true;
-    return false;
-  }
-  bool remove(Fiber* f) noexcept {
+  /// Looks for `f` by address: it may be stale, so nothing of it is read
+  /// until it is found here. If found and `ok(f)`, unlinks it and sets
+  /// `removed`. Returns whether it was found. One walk: an inline join pays
+  /// for this on every spawn+join.
+  template <class Ok> bool find_and_remove(const Fiber* f, Ok ok, bool& removed) noexcept {
     Fiber* prev = nullptr;
     for (Fiber* x = list_.head; x; prev = x, x = x->next) {
       if (x != f) continue;
-      unpinned_ -= x->pinned == kNotPinned;
-      list_.unlink(prev, x);
+      if (ok(x)) {
+        unpinned_ -= x->pinned == kNotPinned;
+        list_.unlink(prev, x);
+        removed = true;
+      }
       return true;
     }
     return false;
+  }
+  bool remove(Fiber* f) noexcept {
+    bool removed = false;
+    find_and_remove(f, [](const Fiber*) { return true; }, removed);
+    return removed;
   }
 
 private:

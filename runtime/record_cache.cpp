@@ -9,16 +9,7 @@ namespace coresched::detail {
 namespace {
 using Node = RecordChain::Node;
 
-// A free record is poisoned past its link, so ASan still reports a use after
-// the fiber was released although the memory was not returned to malloc.
-void poison(Node* n) noexcept { ASAN_POISON_MEMORY_REGION(n + 1, kRecordBytes - sizeof(Node)); }
-void unpoison(Node* n) noexcept { ASAN_UNPOISON_MEMORY_REGION(n, kRecordBytes); }
-
-void push(RecordChain& c, Node* n) noexcept {
-  n->next = c.head;
-  c.head = n;
-  ++c.count;
-}
+void unpoison(Node* n, std::size_t bytes) noexcept { ASAN_UNPOISON_MEMORY_REGION(n, bytes); }
 
 Node* pop(RecordChain& c) noexcept {
   Node* n = c.head;
@@ -39,16 +30,16 @@ RecordChain split_front(RecordChain& c, std::size_t n) noexcept {
 }
 } // namespace
 
-void free_records(RecordChain chain) noexcept {
+void free_records(RecordChain chain, std::size_t bytes) noexcept {
   while (chain.head) {
     Node* n = pop(chain);
-    unpoison(n);
+    unpoison(n, bytes);
     ::operator delete(static_cast<void*>(n));
   }
 }
 
 RecordDepot::~RecordDepot() {
-  for (RecordChain& c : batches_) free_records(c);
+  for (RecordChain& c : batches_) free_records(c, bytes_);
 }
 
 bool RecordDepot::take(RecordChain& out) {
@@ -72,25 +63,18 @@ void RecordDepot::give(RecordChain batch) noexcept {
       }
     }
   }
-  free_records(batch);
+  free_records(batch, bytes_);
 }
 
 RecordCache::~RecordCache() {
   if (free_.count) depot_.give(free_);
 }
 
-void* RecordCache::get() {
-  if (!free_.head && !depot_.take(free_)) return ::operator new(kRecordBytes);
-  Node* n = pop(free_);
-  unpoison(n);
-  return n;
+void* RecordCache::refill_and_get() {
+  if (!depot_.take(free_)) return ::operator new(depot_.bytes());
+  return get();
 }
 
-void RecordCache::put(void* p) noexcept {
-  auto* n = static_cast<Node*>(p);
-  push(free_, n);
-  poison(n);
-  if (free_.count >= kLocalMax) depot_.give(split_front(free_, kBatch));
-}
+void RecordCache::give_batch() noexcept { depot_.give(split_front(free_, kBatch)); }
 
 } // namespace coresched::detail

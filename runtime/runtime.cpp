@@ -36,32 +36,35 @@ Task* spawn_task(Scheduler* sched, const SpawnOptions& opts, std::size_t task_si
 }
 
 void join_task(Task* t) {
-  Fiber* f = Fiber::of(t);
-  if (f->done.load(std::memory_order_acquire)) return;
+  JoinRecord* j = JoinRecord::of(t);
+  if (j->done.load(std::memory_order_acquire)) return;
   Worker* w = Worker::current();
   if (!w || !w->in_task()) {
-    f->join_lock.lock();
-    f->thread_joiner = true;
-    f->join_lock.unlock();
-    while (!f->done.load(std::memory_order_acquire)) futex_wait(f->done, 0);
+    j->lock.lock();
+    j->thread_joiner = true;
+    j->lock.unlock();
+    while (!j->done.load(std::memory_order_acquire)) futex_wait(j->done, 0);
     return;
   }
   Fiber* self = w->running();
-  if (self == f) throw UsageError("coresched: a fiber cannot join itself");
-  if (w->run_inline(f)) return;
-  f->join_lock.lock();
-  if (f->done.load(std::memory_order_acquire)) {
-    f->join_lock.unlock();
+  if (self->join == j) throw UsageError("coresched: a fiber cannot join itself");
+  // Still queued here and never started: run it inline. Its record may be
+  // finishing elsewhere right now, or retired, so run_inline only compares it
+  // until it has found it in this worker's queue.
+  if (w->run_inline(j->fiber, j)) return;
+  j->lock.lock();
+  if (j->done.load(std::memory_order_acquire)) {
+    j->lock.unlock();
     return;
   }
-  if (f->joiner) {
-    f->join_lock.unlock();
+  if (j->joiner) {
+    j->lock.unlock();
     throw UsageError("coresched: two fibers join the same fiber");
   }
   self->state.store(FiberState::parking, std::memory_order_release);
-  f->joiner = self;
-  f->join_lock.unlock();
-  w->park({.kind = detail::WaitKind::join, .what = "join", .arg = static_cast<std::int64_t>(f->id)});
+  j->joiner = self;
+  j->lock.unlock();
+  w->park({.kind = detail::WaitKind::join, .what = "join", .arg = static_cast<std::int64_t>(j->id)});
 }
 
 // The handle goes (detach, or after join). If the fiber has not finished, it
@@ -70,21 +73,21 @@ void join_task(Task* t) {
 // owner's context — never by whoever frees the record last, which may be the
 // fiber's worker running another fiber by then.
 void release_task(Task* t) noexcept {
-  Fiber* f = Fiber::of(t);
-  bool finished = f->done.load(std::memory_order_acquire) != 0; // `done` never goes back: no lock after join
+  JoinRecord* j = JoinRecord::of(t);
+  bool finished = j->done.load(std::memory_order_acquire) != 0; // `done` never goes back: no lock after join
   if (!finished) {
-    f->join_lock.lock();
-    finished = f->done.load(std::memory_order_relaxed) != 0;
-    if (!finished) f->handle_gone = true;
-    f->join_lock.unlock();
+    j->lock.lock();
+    finished = j->done.load(std::memory_order_relaxed) != 0;
+    if (!finished) j->handle_gone = true;
+    j->lock.unlock();
   }
   if (finished) t->discard_result();
-  release_fiber(f);
+  release_join(j);
 }
 
-void release_joined(Task* t) noexcept { release_fiber(Fiber::of(t)); }
+void release_joined(Task* t) noexcept { release_join(JoinRecord::of(t)); }
 
-std::uint64_t task_fiber_id(const Task* t) noexcept { return Fiber::of(t)->id; }
+std::uint64_t task_fiber_id(const Task* t) noexcept { return JoinRecord::of(t)->id; }
 
 } // namespace detail
 } // namespace coresched

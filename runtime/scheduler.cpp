@@ -49,7 +49,7 @@ Scheduler::Scheduler(Options options, Runtime* owner)
   for (const auto& pu : topology_.pus()) {
     const auto& sibs = topology_.cores()[pu.core].pus;
     const auto pos = static_cast<unsigned>(std::find(sibs.begin(), sibs.end(), pu.index) - sibs.begin());
-    workers_.push_back(std::make_unique<Worker>(*this, pu, *cores_[pu.core], pos, shared_stacks_, records_));
+    workers_.push_back(std::make_unique<Worker>(*this, pu, *cores_[pu.core], pos, shared_stacks_, fiber_records_, join_records_));
   }
   std::vector<CoreCoordinator*> core_ptrs;
   for (auto& c : cores_) core_ptrs.push_back(c.get());
@@ -137,26 +137,41 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
     std::atomic<std::uint64_t>* n;
     ~Uncount() { if (n) n->fetch_sub(1, std::memory_order_relaxed); }
   } uncount{local ? nullptr : &external_spawned_};
-  const bool recyclable = kTaskOffset + size <= kRecordBytes;
-  void* mem = recyclable && mine ? here->records().get() : ::operator new(recyclable ? kRecordBytes : kTaskOffset + size);
-  auto* f = new (mem) Fiber;
-  f->recyclable = recyclable;
+  // Everything computed first, so that each field of the two records below is
+  // written once (a call between two stores keeps the first).
+  const std::uint64_t id = mine ? here->new_fiber_id() : new_fiber_ids(1);
+  const std::uint64_t cookie = opts.cookie ? opts.cookie->value() : local ? here->running()->cookie : 0;
+  const std::size_t stack_size = opts.stack_size ? round_to_pages(*opts.stack_size) : default_stack_;
+  // Two blocks: the scheduling record, freed when the fiber retires, and the
+  // join record with the task, which a handle keeps (join_record.hpp says why).
+  void* fmem = mine ? here->records(kFiberBytes).get() : ::operator new(kFiberBytes);
+  const bool recyclable = kTaskOffset + size <= kJoinBytes;
+  void* jmem = nullptr;
   try {
-    construct(static_cast<char*>(mem) + kTaskOffset, arg);
+    jmem = recyclable && mine ? here->records(kJoinBytes).get()
+                              : ::operator new(recyclable ? kJoinBytes : kTaskOffset + size);
   } catch (...) {
-    f->~Fiber();
-    free_record(mem, recyclable, this);
+    free_record(fmem, kFiberBytes, true);
+    throw;
+  }
+  auto* j = new (jmem) JoinRecord(static_cast<Fiber*>(fmem), id, opts.detached, recyclable);
+  try {
+    construct(static_cast<char*>(jmem) + kTaskOffset, arg);
+  } catch (...) {
+    j->~JoinRecord();
+    free_record(jmem, kJoinBytes, recyclable);
+    free_record(fmem, kFiberBytes, true);
     throw;
   }
   uncount.n = nullptr;
+  auto* f = new (fmem) Fiber;
+  f->join = j;
   f->owner = this;
-  f->id = mine ? here->new_fiber_id() : new_fiber_ids(1);
-  f->cookie = opts.cookie ? opts.cookie->value() : local ? here->running()->cookie : 0;
-  f->stack_size = opts.stack_size ? round_to_pages(*opts.stack_size) : default_stack_;
+  f->id = id;
+  f->cookie = cookie;
+  f->stack_size = stack_size;
   f->pinned = opts.pin_to_pu ? static_cast<int>(*opts.pin_to_pu) : kNotPinned;
-  f->refs.store(opts.detached ? 1 : 2, std::memory_order_relaxed);
-  f->handle_gone = opts.detached;
-  Task* t = opts.detached ? nullptr : f->task();
+  Task* t = opts.detached ? nullptr : j->task();
   if (local) here->count_spawned();
   if (f->pinned != kNotPinned && !(local && here->index() == static_cast<unsigned>(f->pinned))) {
     f->last_worker = static_cast<unsigned>(f->pinned);

@@ -106,7 +106,8 @@ private:
   Runtime* owner_;
   Topology topology_;
   SharedStackPool shared_stacks_;
-  RecordDepot records_; // outlives the workers' caches, which give back to it
+  // Outlive the workers' caches, which give back to them.
+  RecordDepot fiber_records_{kFiberBytes}, join_records_{kJoinBytes};
   std::unique_ptr<Trace> trace_; // null unless tracing
   std::vector<std::unique_ptr<CoreCoordinator>> cores_;
   std::vector<std::unique_ptr<Worker>> workers_;

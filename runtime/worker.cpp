@@ -39,22 +39,19 @@ constexpr int kPausesPerRound = 8;
 } // namespace
 
 Worker::Worker(Scheduler& sched, const PuInfo& pu, CoreCoordinator& core, unsigned sibling,
-               SharedStackPool& stacks, RecordDepot& records)
+               SharedStackPool& stacks, RecordDepot& fiber_records, RecordDepot& join_records)
     : sched_(sched), pu_(pu), index_(pu.index), core_(core), sibling_(sibling), sib_(&core.sibling(sibling)),
-      stacks_(stacks), records_(records), ticks_(&sched.tick_counter()),
+      stacks_(stacks), fiber_records_(fiber_records), join_records_(join_records), ticks_(&sched.tick_counter()),
       trace_(sched.trace() ? &sched.trace()->ring(pu.index) : nullptr) {
   idle_ctx_.is_task = false;
   idle_ctx_.fresh = false;
 }
 
-std::uint64_t Worker::new_fiber_id() noexcept {
+void Worker::reserve_fiber_ids() noexcept {
   // Ids come in blocks, so a spawn takes no shared atomic.
   constexpr std::uint64_t kIdBlock = 256;
-  if (next_id_ == id_end_) {
-    next_id_ = new_fiber_ids(kIdBlock);
-    id_end_ = next_id_ + kIdBlock;
-  }
-  return next_id_++;
+  next_id_ = new_fiber_ids(kIdBlock);
+  id_end_ = next_id_ + kIdBlock;
 }
 
 std::uint64_t Worker::thread_cpu_ns() const noexcept {
@@ -255,7 +252,7 @@ void Worker::after_resume(ctx::fcontext_t from) {
     san::retire(*p);
     if (p->stack) p->stack.header()->running.store(nullptr, std::memory_order_release);
     stacks_.put(std::exchange(p->stack, Stack{}));
-    release_fiber(p);
+    recycle(p);
     count_retired();
     break;
   }

@@ -46,7 +46,7 @@ extern thread_local constinit std::atomic<bool>* tls_preempt;
 class Worker {
 public:
   Worker(Scheduler& sched, const PuInfo& pu, CoreCoordinator& core, unsigned sibling, SharedStackPool& stacks,
-         RecordDepot& records);
+         RecordDepot& fiber_records, RecordDepot& join_records);
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
@@ -62,7 +62,11 @@ public:
   static Worker* current() noexcept;
   Scheduler& scheduler() noexcept { return sched_; }
   /// A fresh fiber id, from a block this worker reserved (worker thread only).
-  std::uint64_t new_fiber_id() noexcept;
+  std::uint64_t new_fiber_id() noexcept {
+    if (next_id_ == id_end_) [[unlikely]]
+      reserve_fiber_ids();
+    return next_id_++;
+  }
   /// Counts a fiber spawned on this worker (worker thread only).
   void count_spawned() noexcept { spawned_.store(spawned_.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
   /// Counts a fiber that finished on this worker (worker thread only).
@@ -71,8 +75,15 @@ public:
   /// (see Scheduler::live_fibers).
   std::uint64_t spawned_count() const noexcept { return spawned_.load(std::memory_order_acquire); }
   std::uint64_t retired_count() const noexcept { return retired_.load(std::memory_order_acquire); }
-  /// This worker's free fiber records (use only on this worker's thread).
-  RecordCache& records() noexcept { return records_; }
+  /// This worker's free records of `bytes` (kFiberBytes: scheduling records,
+  /// kJoinBytes: join records; use only on this worker's thread).
+  RecordCache& records(std::size_t bytes) noexcept { return bytes == kFiberBytes ? fiber_records_ : join_records_; }
+  /// Frees a retired fiber's scheduling record into this worker's cache
+  /// (this worker's thread; every fiber record is a kFiberBytes block).
+  void recycle(Fiber* f) noexcept {
+    f->~Fiber();
+    fiber_records_.put(f);
+  }
   /// This worker's io_uring (use only on this worker's thread).
   IoRing& ring() noexcept { return ring_; }
 
@@ -104,10 +115,12 @@ public:
   /// Suspends the running fiber; its state must already be `parking`. `why`
   /// is what the fiber dump reports it waits for.
   void park(const WaitInfo& why);
-  /// Runs `f`, which the running fiber is about to join, right here if it has
-  /// not started and sits in this worker's queue with the same cookie: a call
-  /// instead of two switches. Returns false if it could not.
-  bool run_inline(Fiber* f);
+  /// Runs `f`, the fiber of `j` that the running fiber is about to join, right
+  /// here if it has not started and sits in this worker's queue with the same
+  /// cookie: a call instead of two switches. Returns false if it could not.
+  /// `f` may be stale (freed, or another fiber's by now): it is only compared
+  /// until it is found queued here with `j` as its join record.
+  bool run_inline(Fiber* f, const JoinRecord* j);
   /// Queues a new fiber spawned by the running fiber on this worker.
   void enqueue_spawned(Fiber* f);
   /// Changes the running fiber's cookie, yielding if a sibling conflicts.
@@ -178,7 +191,7 @@ private:
   void after_resume(ctx::fcontext_t from);
   bool give_stack(Fiber* f) noexcept;
   void wait_for_stack(Fiber* f);
-  static void run_to_completion(Fiber* f) noexcept;
+  static void run_to_completion(Fiber* f, bool by_handle) noexcept;
   bool may_run_inline(const Fiber* parent, const Fiber* child) const noexcept;
   void begin_run(Fiber* f);
   void reschedule_shared(Fiber* self, Requeue how);
@@ -206,12 +219,13 @@ private:
   unsigned sibling_;
   Sibling* sib_; // this PU's slot in its core (cached: read on every yield)
   StackPool stacks_;
-  RecordCache records_;
+  RecordCache fiber_records_, join_records_;
   // Written only by this worker, so a spawn on one worker and the fiber's end
   // on another touch no shared counter (a global one cost 8-14 % of a 1M
   // spawn run in cache misses).
   std::atomic<std::uint64_t> spawned_{0}, retired_{0};
   std::uint64_t next_id_ = 0, id_end_ = 0; // this worker's block of fiber ids
+  void reserve_fiber_ids() noexcept;
   std::thread thread_;
   IoRing ring_;
   std::vector<Fiber*> io_done_; // scratch: fibers whose I/O completed

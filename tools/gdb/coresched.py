@@ -49,8 +49,8 @@ _DEFAULT_LAYOUT = {
     "sh.prev": 0, "sh.next": 8, "sh.running": 16, "sh.wait": 24,
     "wi.kind": 0, "wi.what": 8, "wi.object": 16, "wi.arg": 24, "wi.since_ns": 32, "wi.frame": 40,
     "f.id": 24, "f.cookie": 32, "f.pinned": 40, "f.last_worker": 44, "f.context": 48,
-    "f.stack.base": 56, "f.stack.size": 64, "f.context_saved": 83, "f.state": 84,
-    "f.inline_child": 136,
+    "f.stack.base": 56, "f.stack.size": 64, "f.context_saved": 82, "f.state": 83,
+    "f.inline_child": 112,
 }
 _DEFAULT_FIBER_STATES = ["runnable", "running", "parking", "parked", "done"]
 _DEFAULT_WAIT_KINDS = ["none", "join", "sync", "io", "sleep"]
