@@ -76,7 +76,8 @@ public:
   std::uint64_t spawned_count() const noexcept { return spawned_.load(std::memory_order_acquire); }
   std::uint64_t retired_count() const noexcept { return retired_.load(std::memory_order_acquire); }
   /// This worker's free records of `bytes` (kFiberBytes: scheduling records,
-  /// kJoinBytes: join records; use only on this worker's thread).
+  /// kJoinBytes: join records; use only on this worker's thread). Where the
+  /// two sizes are equal, as in a normal build, one cache serves both.
   RecordCache& records(std::size_t bytes) noexcept { return bytes == kFiberBytes ? fiber_records_ : join_records_; }
   /// Frees a retired fiber's scheduling record into this worker's cache
   /// (this worker's thread; every fiber record is a kFiberBytes block).
@@ -240,7 +241,6 @@ private:
   LocalQueue local_;
   bool local_ok(const Fiber* adding = nullptr) const noexcept;
   void spill_local_locked();
-  bool push_local(Fiber* f);
 
   Fiber idle_ctx_;
   ThreadState thread_state_;   // this thread's exception state and errno (eh_state.hpp)
