@@ -294,19 +294,7 @@ void Worker::spill_local_locked() {
 }
 
 void Worker::enqueue_spawned(Fiber* f) {
-  // Into the owner's queue while nobody could take it from there anyway
-  // (local_ok), and also while thieves already have work to take from here
-  // (the shared queue is not empty): then a batch of new fibers waits in the
-  // owner's queue and moves in one locked visit, instead of taking the core
-  // lock, which a thief holds while it steals, once per spawn. Every locked
-  // visit spills them (pick, reschedule_shared, and here once the shared queue
-  // is empty), so at most kSpillBatch fibers are out of the thieves' sight, as
-  // between any two scheduling points of the owner. (1M spawns with handles
-  // kept: 17 % of the samples were the spawner spinning on that lock; the run
-  // took half as long without it.)
-  constexpr unsigned kSpillBatch = 32;
-  if (local_ok(f) || (core_.single_pu() && f->pinned == kNotPinned && local_.unpinned() < kSpillBatch &&
-                      core_.queued_hint() > 0)) {
+  if (local_ok(f)) {
     f->vtime = sib_->vfloor.load(std::memory_order_relaxed); // Arrival::spawned
     local_.push(f);
     return;
