@@ -46,7 +46,7 @@ extern thread_local constinit std::atomic<bool>* tls_preempt;
 class Worker {
 public:
   Worker(Scheduler& sched, const PuInfo& pu, CoreCoordinator& core, unsigned sibling, SharedStackPool& stacks,
-         RecordDepot& records);
+         RecordDepot& fiber_records, RecordDepot& join_records);
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
@@ -75,14 +75,15 @@ public:
   /// (see Scheduler::live_fibers).
   std::uint64_t spawned_count() const noexcept { return spawned_.load(std::memory_order_acquire); }
   std::uint64_t retired_count() const noexcept { return retired_.load(std::memory_order_acquire); }
-  /// This worker's free kRecordBytes blocks: fiber records and join blocks
-  /// (use only on this worker's thread).
-  RecordCache& records() noexcept { return records_; }
+  /// This worker's free records of `bytes` (kFiberBytes: scheduling records,
+  /// kJoinBytes: join records; use only on this worker's thread). Where the
+  /// two sizes are equal, as in a normal build, one cache serves both.
+  RecordCache& records(std::size_t bytes) noexcept { return bytes == kFiberBytes ? fiber_records_ : join_records_; }
   /// Frees a retired fiber's scheduling record into this worker's cache
-  /// (this worker's thread; every fiber record is a kRecordBytes block).
+  /// (this worker's thread; every fiber record is a kFiberBytes block).
   void recycle(Fiber* f) noexcept {
     f->~Fiber();
-    records_.put(f);
+    fiber_records_.put(f);
   }
   /// This worker's io_uring (use only on this worker's thread).
   IoRing& ring() noexcept { return ring_; }
@@ -219,7 +220,7 @@ private:
   unsigned sibling_;
   Sibling* sib_; // this PU's slot in its core (cached: read on every yield)
   StackPool stacks_;
-  RecordCache records_;
+  RecordCache fiber_records_, join_records_;
   // Written only by this worker, so a spawn on one worker and the fiber's end
   // on another touch no shared counter (a global one cost 8-14 % of a 1M
   // spawn run in cache misses).

@@ -42,7 +42,7 @@ std::size_t heap_in_use() {
 } // namespace
 
 TEST_CASE("a freed record is the next one handed out", "[record_cache]") {
-  RecordDepot depot(detail::kRecordBytes);
+  RecordDepot depot(detail::kFiberBytes);
   RecordCache cache(depot);
   void* a = cache.get();
   cache.put(a);
@@ -51,10 +51,10 @@ TEST_CASE("a freed record is the next one handed out", "[record_cache]") {
 }
 
 TEST_CASE("records freed on one worker reach another through the depot", "[record_cache]") {
-  RecordDepot depot(detail::kRecordBytes);
+  RecordDepot depot(detail::kFiberBytes);
   RecordCache freer(depot), spawner(depot);
   std::vector<void*> blocks;
-  for (int i = 0; i < 1000; ++i) blocks.push_back(::operator new(detail::kRecordBytes));
+  for (int i = 0; i < 1000; ++i) blocks.push_back(::operator new(detail::kFiberBytes));
   const std::set<void*> freed(blocks.begin(), blocks.end());
   for (void* b : blocks) freer.put(b); // overflows its list into the depot
   void* got = spawner.get();           // empty list: takes a batch
@@ -67,13 +67,13 @@ TEST_CASE("records freed on one worker reach another through the depot", "[recor
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 TEST_CASE("a cached record is poisoned past its link, and unpoisoned when handed out", "[record_cache][asan]") {
-  RecordDepot depot(detail::kRecordBytes);
+  RecordDepot depot(detail::kFiberBytes);
   RecordCache cache(depot);
   auto* p = static_cast<char*>(cache.get());
   cache.put(p);
   CHECK(__asan_address_is_poisoned(p + 64));
   CHECK(cache.get() == p);
-  CHECK(__asan_region_is_poisoned(p, detail::kRecordBytes) == nullptr);
+  CHECK(__asan_region_is_poisoned(p, detail::kFiberBytes) == nullptr);
   cache.put(p);
 }
 #endif
