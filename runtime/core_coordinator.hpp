@@ -194,6 +194,12 @@ public:
   int forced_idle_count() const noexcept { return forced_.load(std::memory_order_relaxed); }
   /// Fibers queued on the core (a hint for thieves; exact under the lock).
   int queued_hint() const noexcept { return queued_.load(std::memory_order_relaxed); }
+  /// Wake-affine placements onto this core so far (affine_grace.hpp).
+  std::uint32_t affine_seq() const noexcept { return affine_seq_.load(std::memory_order_relaxed); }
+  /// Under lock(): a fiber running here woke a fiber onto this core to run next.
+  void note_affine_locked() noexcept {
+    affine_seq_.store(affine_seq_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
   /// The core's cookie as last set (for a forced-idle PU awaiting a hand-over).
   std::uint64_t published_owner() const noexcept { return owner_pub_.load(std::memory_order_relaxed); }
 
@@ -249,6 +255,7 @@ private:
   std::atomic<int> forced_{0};
   std::atomic<std::uint64_t> owner_pub_{kNoCookie}; // owner_, for lock-free readers
   std::atomic<int> queued_{0};
+  std::atomic<std::uint32_t> affine_seq_{0}; // beside queued_: a thief reads both
   std::unordered_map<std::uint64_t, std::uint64_t> owned_ns_; // statistics, per cookie
 };
 

@@ -198,10 +198,50 @@ void Scheduler::enqueue_on(unsigned w, Fiber* f, Arrival why) {
 }
 
 void Scheduler::place(Fiber* f, Arrival why) {
+  if (why == Arrival::woken) {
+    if (Worker* here = affine_worker(*f)) return place_affine(*here, f);
+  }
   const unsigned to = f->pinned != kNotPinned ? static_cast<unsigned>(f->pinned) : choose_worker(*f, f->last_worker);
   if (trace_) [[unlikely]]
     trace_wakeup(*f, to);
   enqueue_on(to, f, why);
+}
+
+// Wake-affine placement (Go's runnext): a fiber woken by a running fiber of
+// its own cookie, on a worker with nothing else queued, waits there to run
+// next. The waker usually blocks at once (a reply, a hand-off down a pipeline,
+// a join), and the woken fiber then starts on a warm CPU within a microsecond
+// instead of after a cross-CPU wake-up (10-90 us to a sleeping vCPU here).
+// Same cookie only: it must not bring a cookie the core is not running.
+// Queued fibers there, or a pinned fiber: the usual placement below.
+Worker* Scheduler::affine_worker(const Fiber& f) const noexcept {
+  if (f.pinned != kNotPinned) return nullptr;
+  Worker* here = Worker::current();
+  if (!here || &here->scheduler() != this) return nullptr; // woken from a plain thread
+  const Fiber* waker = here->running();
+  if (!waker || !waker->is_task || waker->cookie != f.cookie || here->reaping() || !here->nothing_queued())
+    return nullptr;
+  return here;
+}
+
+void Scheduler::place_affine(Worker& here, Fiber* f) {
+  if (trace_) [[unlikely]]
+    here.trace_wakeup(*f, here.index());
+  CoreCoordinator& c = here.core();
+  WakeList wakes;
+  c.lock().lock();
+  c.enqueue_locked(here.sibling_index(), f, wakes, Arrival::woken);
+  c.note_affine_locked();
+  c.lock().unlock();
+  wakes.notify();
+  // A worker elsewhere is idle: should the waker run on instead of blocking,
+  // it stops at its next preemption point and an idle worker is woken then
+  // (Worker::note_affine_wake). One that reaches none: the slice tick's
+  // backlog rule (tick()).
+  if (idle_hint()) {
+    here.note_affine_wake();
+    here.sibling().preempt.store(true, std::memory_order_relaxed);
+  }
 }
 
 void Scheduler::trace_wakeup(const Fiber& f, unsigned to) noexcept {
@@ -240,7 +280,7 @@ bool Scheduler::try_start_spinning() noexcept {
   }
 }
 
-void Scheduler::wake_helper(const Worker& from) {
+void Scheduler::wake_helper(const Worker& from, bool other_cores_only) {
   if (spinning_.load(std::memory_order_relaxed) > 0) return; // a spinner will find the work
   const unsigned nllc = placement_->llc_count();
   for (unsigned i = 0; i < nllc; ++i) {
@@ -248,7 +288,7 @@ void Scheduler::wake_helper(const Worker& from) {
     bool woke = false;
     placement_->for_each_idle(llc, [&](unsigned wi) {
       Worker& w = *workers_[wi];
-      if (&w == &from) return false;
+      if (&w == &from || (other_cores_only && w.pu().core == from.pu().core)) return false;
       WakeList wakes;
       w.core().lock().lock();
       Sibling& s = w.sibling();
@@ -269,7 +309,8 @@ unsigned Scheduler::steal_for(Worker& thief, const Pick& p, Fiber** out) {
   if (p.steal == Pick::Steal::none) return 0;
   for (unsigned ci : steal_order_[thief.index()]) {
     CoreCoordinator& c = *cores_[ci];
-    if (c.queued_hint() <= 0 || !c.lock().try_lock()) continue;
+    if (c.queued_hint() <= 0) continue;
+    if (!thief.steal_grace().allows(ci, c.affine_seq(), c.queued_hint()) || !c.lock().try_lock()) continue;
     const unsigned n = c.steal_locked(p.steal_cookie, p.steal == Pick::Steal::any, out, kStealBatch);
     c.lock().unlock();
     if (n > 0) return n;
@@ -299,6 +340,7 @@ bool Scheduler::tick() {
       w.ticks_same = 0;
       w.stall_reported = false;
       w.stall_cpu_base = 0;
+      w.backlog_shared = false;
       any_busy |= busy;
       continue;
     }
@@ -315,6 +357,18 @@ bool Scheduler::tick() {
       // that asked (at most three ticks: a fiber that never reaches a
       // preemption point must not keep its sibling spinning).
       if (handover_spin_ && sibling_waits && w.ticks_same <= 4) prewake_forced(w);
+    }
+    // Fibers queued behind a fiber that has kept its worker for a tick, while
+    // a worker elsewhere is idle: wake one to steal them (once per run; Go's
+    // sysmon retakes a P for the same reason). Without this, a backlog whose
+    // wake-up at spawn or placement time was skipped (a wake-affine fiber
+    // whose waker ran on without a preemption point) or found nothing yet
+    // waited for the runner's next switch.
+    if (!w.backlog_shared && w.core().queued_hint() > 0 && idle_hint()) {
+      w.backlog_shared = true;
+      // Another core's: a sibling here that sleeps while fibers are queued
+      // is forced idle, and would only go back to sleep.
+      wake_helper(w, true);
     }
     if (w.ticks_same >= 4 && stall_ns_ > 0 && !w.stall_reported) check_stall(w);
   }

@@ -58,8 +58,9 @@ public:
   bool stopping() const noexcept { return stopping_.load(std::memory_order_acquire); }
   /// Fibers spawned and not yet finished (exact once nothing can spawn).
   std::uint64_t live_fibers() const noexcept;
-  /// Called by a worker whose own queue has a backlog: wake a sleeping one.
-  void wake_helper(const Worker& from);
+  /// Called by a worker whose own queue has a backlog: wake a sleeping one
+  /// (of another core only, if `other_cores_only`), unless one spins.
+  void wake_helper(const Worker& from, bool other_cores_only = false);
   /// A worker enters or leaves the idle loop.
   void note_idle(const Worker& w, bool idle) noexcept;
   /// Whether some worker is idle (a relaxed hint).
@@ -97,6 +98,8 @@ public:
 private:
   void start_workers();
   void maybe_kernel_cookie();
+  Worker* affine_worker(const Fiber& f) const noexcept;
+  void place_affine(Worker& here, Fiber* f);
   void prewake_forced(Worker& w);
   void check_stall(Worker& w);
   void trace_wakeup(const Fiber& f, unsigned to) noexcept;

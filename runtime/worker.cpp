@@ -41,7 +41,8 @@ constexpr int kPausesPerRound = 8;
 Worker::Worker(Scheduler& sched, const PuInfo& pu, CoreCoordinator& core, unsigned sibling,
                SharedStackPool& stacks, RecordDepot& fiber_records, RecordDepot& join_records)
     : sched_(sched), pu_(pu), index_(pu.index), core_(core), sibling_(sibling), sib_(&core.sibling(sibling)),
-      stacks_(stacks), fiber_records_(fiber_records), join_records_(join_records), ticks_(&sched.tick_counter()),
+      stacks_(stacks), fiber_records_(fiber_records), join_records_(join_records),
+      steal_grace_(sched.topology().cores().size()), ticks_(&sched.tick_counter()),
       trace_(sched.trace() ? &sched.trace()->ring(pu.index) : nullptr) {
   idle_ctx_.is_task = false;
   idle_ctx_.fresh = false;
@@ -285,7 +286,9 @@ void Worker::poll_io() {
   // that runs on meanwhile).
   const bool runnable_here = !local_.empty() || core_.queued_hint() > 0;
   ring_.reap(io_done_, !runnable_here);
+  reaping_ = true;
   for (Fiber* f : io_done_) wake_fiber(f);
+  reaping_ = false;
   io_done_.clear();
 }
 
@@ -308,6 +311,7 @@ void Worker::enqueue_spawned(Fiber* f) {
 }
 
 Pick Worker::pick() {
+  affine_pending_ = false; // the running fiber blocks or ends: what it woke runs next
   poll_io();
   if (!local_.empty() && local_ok()) {
     Pick p;
@@ -377,9 +381,22 @@ void Worker::reschedule(Requeue how) {
   jump(*self, *next, false);
 }
 
+// The running fiber woke a fiber onto this worker and runs on rather than
+// block: both are runnable here while a worker elsewhere idles. Wake one to
+// steal (after the thieves' grace, affine_grace.hpp), as Go's wakep would have
+// at the wake-up itself; deferred to here, a waker that blocks pays nothing.
+__attribute__((noinline)) void Worker::share_after_affine_wake() {
+  affine_pending_ = false;
+  if (sched_.idle_hint()) sched_.wake_helper(*this);
+}
+
 // Out of line: its locks and wake list must not cost the fast path above a
 // frame of half a kilobyte and five saved registers.
 __attribute__((noinline)) void Worker::reschedule_shared(Fiber* self, Requeue how) {
+  // (A fiber woken wake-affine sits in the core's queue, so a waker that runs
+  // on always comes this way, not the private-queue path above.)
+  if (affine_pending_) [[unlikely]]
+    share_after_affine_wake();
   poll_io();
   self->context_saved.store(false, std::memory_order_relaxed);
   self->state.store(FiberState::runnable, std::memory_order_relaxed);

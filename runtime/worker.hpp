@@ -5,6 +5,7 @@
 // briefly, steals, and then sleeps on a futex.
 #pragma once
 
+#include "affine_grace.hpp"
 #include "clock.hpp"
 #include "core_coordinator.hpp"
 #include "fiber.hpp"
@@ -85,6 +86,8 @@ public:
     f->~Fiber();
     fiber_records_.put(f);
   }
+  /// What this worker, as a thief, has seen of wake-affine placements (its thread only).
+  AffineGrace& steal_grace() noexcept { return steal_grace_; }
   /// This worker's io_uring (use only on this worker's thread).
   IoRing& ring() noexcept { return ring_; }
 
@@ -122,6 +125,15 @@ public:
   /// `f` may be stale (freed, or another fiber's by now): it is only compared
   /// until it is found queued here with `j` as its join record.
   bool run_inline(Fiber* f, const JoinRecord* j);
+  /// The running fiber has just woken a fiber onto this worker to run next
+  /// (Scheduler::place_affine) while a worker elsewhere is idle. If it blocks
+  /// at its next scheduling point, the woken fiber runs here at once; if it
+  /// runs on instead (reaches reschedule()), an idle worker is woken to share
+  /// the work.
+  void note_affine_wake() noexcept { affine_pending_ = true; }
+  /// Fibers woken while this worker reaps I/O completions are not placed
+  /// wake-affine: the running fiber did not wake them and may well run on.
+  bool reaping() const noexcept { return reaping_; }
   /// Queues a new fiber spawned by the running fiber on this worker.
   void enqueue_spawned(Fiber* f);
   /// Changes the running fiber's cookie, yielding if a sibling conflicts.
@@ -145,6 +157,7 @@ public:
   std::uint64_t tick_seen = 0;     // ticker-private: switch count at the last tick that saw it move
   int ticks_same = 0;              // ticker-private
   bool stall_reported = false;     // ticker-private: this run was already reported
+  bool backlog_shared = false;     // ticker-private: this run's backlog was offered to an idle worker
   std::uint64_t stall_cpu_base = 0; // ticker-private: thread CPU time when the run was first seen stuck (0: not yet)
   /// CPU time this worker's thread has used (a syscall; callable from any thread).
   std::uint64_t thread_cpu_ns() const noexcept;
@@ -196,6 +209,7 @@ private:
   bool may_run_inline(const Fiber* parent, const Fiber* child) const noexcept;
   void begin_run(Fiber* f);
   void reschedule_shared(Fiber* self, Requeue how);
+  void share_after_affine_wake();
   void charge(Fiber* f) noexcept;
   void publish_vtime(const Fiber* f) noexcept;
   void check_isolation(const Fiber* f);
@@ -221,6 +235,7 @@ private:
   Sibling* sib_; // this PU's slot in its core (cached: read on every yield)
   StackPool stacks_;
   RecordCache fiber_records_, join_records_;
+  AffineGrace steal_grace_;
   // Written only by this worker, so a spawn on one worker and the fiber's end
   // on another touch no shared counter (a global one cost 8-14 % of a 1M
   // spawn run in cache misses).
@@ -245,6 +260,8 @@ private:
   Fiber idle_ctx_;
   ThreadState thread_state_;   // this thread's exception state and errno (eh_state.hpp)
   bool stack_starved_ = false; // a fiber could not get a stack: the idle loop backs off
+  bool affine_pending_ = false; // see note_affine_wake
+  bool reaping_ = false;        // see reaping
   Fiber* current_ = nullptr;
   Fiber* prev_ = nullptr;
   std::uint32_t run_tick_ = 0; // the scheduler's tick count when the running fiber was last charged

@@ -100,14 +100,23 @@ std::vector<Figure> skynet_workload(Runtime& rt, const Params& p) {
   return {{"time", "ns/leaf", ns}};
 }
 
-// Unbuffered Channel round trip: ping on worker 0, pong on worker `pong_pu`
-// (1: across two workers; 0: both on one worker).
-std::vector<Figure> channel_roundtrip(Runtime& rt, const Params& p, unsigned pong_pu) {
+// Where a two-fiber workload's fibers run: pinned to PUs 0 and 1 (across two
+// workers), both to PU 0 (one worker), or unpinned, placed by the runtime
+// (as Go's goroutines are).
+enum class Placed { two_workers, one_worker, by_runtime };
+
+SpawnOptions on_pu(Placed how, unsigned pu) {
+  if (how == Placed::by_runtime) return {};
+  return SpawnOptions{.pin_to_pu = how == Placed::two_workers ? pu : 0};
+}
+
+// Unbuffered Channel round trip between a ping and a pong fiber.
+std::vector<Figure> channel_roundtrip(Runtime& rt, const Params& p, Placed how) {
   const long n = p.n;
   Channel<long> ping(0), pong(0);
   auto server = rt.spawn([&] {
     while (auto v = ping.recv()) pong.send(*v + 1);
-  }, SpawnOptions{.pin_to_pu = pong_pu});
+  }, on_pu(how, 1));
   const double ns = rt.spawn([&] {
                         const auto t0 = Clock::now();
                         long x = 0;
@@ -119,15 +128,19 @@ std::vector<Figure> channel_roundtrip(Runtime& rt, const Params& p, unsigned pon
                         ping.close();
                         if (x != n) throw std::runtime_error("channel: wrong count");
                         return r;
-                      }, SpawnOptions{.pin_to_pu = 0})
+                      }, on_pu(how, 0))
                         .join();
   server.join();
   return {{"time", "ns/op", ns}};
 }
 
-// Fiber A (worker 0) pauses gap_us, stamps the clock and releases fiber B
-// (worker 1), whose worker has meanwhile gone idle; B records stamp -> running.
-std::vector<Figure> wake_latency(Runtime& rt, const Params& p) {
+// Fiber A pauses gap_us, stamps the clock and releases fiber B, blocked
+// meanwhile; B records stamp -> running. Across two workers (A on worker 0, B
+// on worker 1, which has gone idle meanwhile), or placed by the runtime. With
+// `run_on`, A runs on that long after the release (calling preempt_point, as
+// cooperative code does) before it waits for B: the waker that does not block.
+std::vector<Figure> wake_latency(Runtime& rt, const Params& p, Placed how,
+                                 std::chrono::microseconds run_on = std::chrono::microseconds(0)) {
   const long n = p.n;
   const auto gap = std::chrono::nanoseconds(static_cast<long>(p.gap_us * 1000));
   Semaphore to_b, to_a;
@@ -140,15 +153,17 @@ std::vector<Figure> wake_latency(Runtime& rt, const Params& p) {
       lat.push_back(static_cast<double>(Clock::now().time_since_epoch().count() - stamp.load()) / 1e3);
       to_a.release();
     }
-  }, SpawnOptions{.pin_to_pu = 1});
+  }, on_pu(how, 1));
   rt.spawn([&] {
     for (long i = 0; i < n; ++i) {
       peers::spin_for(gap);
       stamp.store(Clock::now().time_since_epoch().count());
       to_b.release();
+      const auto until = Clock::now() + run_on;
+      while (Clock::now() < until) this_fiber::preempt_point();
       to_a.acquire();
     }
-  }, SpawnOptions{.pin_to_pu = 0}).join();
+  }, on_pu(how, 0)).join();
   b.join();
   return {{"p50", "us", peers::percentile(lat, 50)}, {"p99", "us", peers::percentile(lat, 99)}};
 }
@@ -168,9 +183,14 @@ int main(int argc, char** argv) {
                             {"spawn_many", [&](const Params& p) { return spawn_many(rt, p); }},
                             {"spawn_many_wg", [&](const Params& p) { return spawn_many_wg(rt, p); }},
                             {"skynet", [&](const Params& p) { return skynet_workload(rt, p); }},
-                            {"channel", [&](const Params& p) { return channel_roundtrip(rt, p, 1); }},
-                            {"channel_1w", [&](const Params& p) { return channel_roundtrip(rt, p, 0); }},
-                            {"wake", [&](const Params& p) { return wake_latency(rt, p); }}});
+                            {"channel", [&](const Params& p) { return channel_roundtrip(rt, p, Placed::two_workers); }},
+                            {"channel_1w", [&](const Params& p) { return channel_roundtrip(rt, p, Placed::one_worker); }},
+                            {"channel_any", [&](const Params& p) { return channel_roundtrip(rt, p, Placed::by_runtime); }},
+                            {"wake", [&](const Params& p) { return wake_latency(rt, p, Placed::two_workers); }},
+                            {"wake_any", [&](const Params& p) { return wake_latency(rt, p, Placed::by_runtime); }},
+                            {"wake_run_on", [&](const Params& p) {
+                               return wake_latency(rt, p, Placed::by_runtime, std::chrono::microseconds(100));
+                             }}});
   } catch (const std::exception& e) {
     std::fprintf(stderr, "coresched peer: %s\n", e.what());
     return 1;

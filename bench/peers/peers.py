@@ -76,7 +76,19 @@ WORKLOADS = [
              scale={"threads": 0.05}),
     Workload("channel_1w", "unbuffered channel round trip on 1 worker (ns; no target)", 200_000, 5_000,
              scale={"threads": 0.05}),
+    # Placed by each runtime (coresched: unpinned fibers; Go: plain goroutines,
+    # which Go runs on the sender's thread): what an application gets.
+    Workload("channel_any", "unbuffered channel round trip, fibers placed by the runtime (ns)", 200_000, 5_000,
+             peers=["coresched", "go"]),
+    # Go: the woken goroutine locked to its own OS thread, the only way Go has
+    # to put it on another thread than its waker's (peer.go).
     Workload("wake", "cross-worker wake latency, waker pauses --gap-us first (us)", 2_000, 200),
+    Workload("wake_any", "wake latency, fibers placed by the runtime, waker pauses --gap-us first (us)", 2_000, 200,
+             peers=["coresched", "go"]),
+    # A runs on for 100 us after the wake-up before it waits (coresched: with
+    # preemption points, as cooperative code has them).
+    Workload("wake_run_on", "wake latency, placed by the runtime, the waker runs on 100 us (us)", 2_000, 200,
+             peers=["coresched", "go"]),
     Workload("echo", "loopback TCP echo, 64-byte messages (requests/s)", 0, 0,
              peers=list(ECHO_SERVERS), higher_is_better=True),
 ]
@@ -92,6 +104,12 @@ TARGETS = {
     ("spawn_many_wg", "time", "go"): ("<=", 0.25),
     ("skynet", "time", "go"): ("<=", 0.5),
     ("channel", "time", "go"): ("<=", 0.5),
+    # issue 13, part 2
+    ("channel_any", "time", "go"): ("<=", 1.0),
+    ("wake", "p50", "go"): ("<=", 1.0),
+    ("wake", "p99", "go"): ("<=", 1.0),
+    ("wake_any", "p50", "go"): ("<=", 1.0),
+    ("wake_any", "p99", "go"): ("<=", 1.0),
     ("echo", "rps", "epoll"): (">=", 1.0),
 }
 
@@ -237,7 +255,7 @@ def run_one(args, w, peer):
         return run_echo(args, peer)
     n = w.size(peer, args.quick)
     argv = [os.path.join(args.bin_dir, PEERS[peer][1]), w.name, "-n", str(n)]
-    if w.name == "wake":
+    if w.name.startswith("wake"):
         argv += ["--gap-us", str(args.gap_us)]
     return run_program(argv, args.timeout)
 

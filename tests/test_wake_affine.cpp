@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: Apache-2.0
+// Wake-affine placement (issue 13, part 2): a fiber woken by a running fiber
+// of its cookie waits on the waker's worker, and neither a waker that blocks
+// nor one that runs on is made to pay for it. Measured from user code: where
+// each fiber ran and when.
+#include "affine_grace.hpp"
+#include "test_support.hpp"
+
+#include <coresched/coresched.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+using namespace coresched;
+using test_support::topo;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+void spin_for(std::chrono::microseconds d, bool preempt_points) {
+  const auto until = Clock::now() + d;
+  while (Clock::now() < until)
+    if (preempt_points) this_fiber::preempt_point();
+}
+
+double ms_since(Clock::time_point t0, Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(t - t0).count();
+}
+
+} // namespace
+
+TEST_CASE("a fiber woken by a fiber of its cookie that then blocks runs on the waker's worker", "[affine]") {
+  // Two single-PU cores: before wake-affine placement B stayed on its own
+  // (idle) worker and every wake-up crossed CPUs; 0 of 200 matched.
+  Runtime rt(topo("core:2 pu:1"));
+  constexpr int kRounds = 200;
+  Semaphore to_b, to_a;
+  std::atomic<unsigned> waker_worker{~0u};
+  std::atomic<int> same{0};
+  auto b = rt.spawn([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      to_b.acquire();
+      if (this_fiber::location().worker == waker_worker.load()) same.fetch_add(1);
+      to_a.release();
+    }
+  });
+  rt.spawn([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      spin_for(std::chrono::microseconds(50), false); // B is parked by now
+      waker_worker.store(this_fiber::location().worker);
+      to_b.release();
+      to_a.acquire();
+    }
+  }).join();
+  b.join();
+  INFO("B ran on its waker's worker " << same.load() << " of " << kRounds << " times");
+  CHECK(same.load() >= kRounds * 9 / 10);
+}
+
+TEST_CASE("a waker that runs on without a preemption point does not keep the fiber it woke waiting", "[affine]") {
+  // B waits on A's worker while A spins 60 ms with no preemption point and the
+  // other worker sleeps. The slice tick's backlog rule wakes that worker to
+  // steal B: it started 60 ms late without that rule.
+  Runtime rt(topo("core:2 pu:1"));
+  Semaphore to_b;
+  std::atomic<bool> b_parked{false};
+  Clock::time_point released, started;
+  auto b = rt.spawn([&] {
+    b_parked.store(true);
+    to_b.acquire();
+    started = Clock::now();
+  });
+  rt.spawn([&] {
+    while (!b_parked.load()) this_fiber::yield();
+    spin_for(std::chrono::microseconds(2000), false); // B has parked
+    released = Clock::now();
+    to_b.release();
+    spin_for(std::chrono::microseconds(60'000), false);
+  }).join();
+  b.join();
+  const double late = ms_since(released, started);
+  INFO("B started " << late << " ms after its wake-up");
+  CHECK(late < 30.0);
+}
+
+TEST_CASE("a waker that runs on with preemption points shares the work with an idle worker at once", "[affine]") {
+  // A wakes B onto its own worker and runs on (preempt_point, as cooperative
+  // code does) for 40 ms; B then spins 40 ms too. They must run side by side
+  // on the two workers within a few ms, not only after the backlog rule of a
+  // slice tick (a quarter slice: 5 ms here) finds them queued.
+  Options o = topo("core:2 pu:1");
+  o.slice = std::chrono::microseconds(20'000);
+  Runtime rt(o);
+  Semaphore to_b;
+  std::atomic<bool> b_parked{false}, a_running{false};
+  std::atomic<unsigned> a_worker{~0u};
+  Clock::time_point released;
+  std::atomic<double> apart_after_ms{-1};
+  auto b = rt.spawn([&] {
+    b_parked.store(true);
+    to_b.acquire();
+    const auto until = Clock::now() + std::chrono::milliseconds(40);
+    while (Clock::now() < until) {
+      if (apart_after_ms.load() < 0 && a_running.load() && a_worker.load() != this_fiber::location().worker)
+        apart_after_ms.store(ms_since(released, Clock::now()));
+      this_fiber::preempt_point();
+    }
+  });
+  rt.spawn([&] {
+    while (!b_parked.load()) this_fiber::yield();
+    spin_for(std::chrono::microseconds(2000), false);
+    released = Clock::now();
+    a_worker.store(this_fiber::location().worker);
+    a_running.store(true);
+    to_b.release();
+    const auto until = Clock::now() + std::chrono::milliseconds(40);
+    while (Clock::now() < until) {
+      a_worker.store(this_fiber::location().worker);
+      this_fiber::preempt_point();
+    }
+    a_running.store(false);
+  }).join();
+  b.join();
+  INFO("A and B first ran on different workers " << apart_after_ms.load() << " ms after the wake-up (-1: never)");
+  CHECK(apart_after_ms.load() >= 0);
+  CHECK(apart_after_ms.load() < 3.0);
+}
+
+TEST_CASE("a thief leaves a core's one wake-affine fiber alone for the grace, then takes it", "[affine]") {
+  using coresched::detail::AffineGrace;
+  AffineGrace g(2);
+  CHECK(g.allows(0, 0, 1));  // no wake-affine placement there yet
+  CHECK(g.allows(0, 3, 2));  // a backlog: always
+  CHECK_FALSE(g.allows(0, 3, 1)); // a placement it has not seen: wait
+  CHECK_FALSE(g.allows(0, 3, 1));
+  CHECK(g.allows(1, 0, 1));  // other cores are unaffected
+  std::this_thread::sleep_for(std::chrono::nanoseconds(2 * AffineGrace::kGraceNs));
+  CHECK(g.allows(0, 3, 1));  // waited long enough
+  CHECK_FALSE(g.allows(0, 4, 1)); // a newer placement: wait again
+}
