@@ -13,15 +13,15 @@ void release_join(JoinRecord* j) noexcept {
   const bool recyclable = j->recyclable;
   j->task()->~Task();
   j->~JoinRecord();
-  free_record(j, kJoinBytes, recyclable);
+  free_record(j, recyclable);
 }
 
-void free_record(void* mem, std::size_t bytes, bool recyclable) noexcept {
-  // Any worker's cache will do, even another runtime's: every block of a size
-  // is a plain operator-new block of that size. A handle released on a plain
-  // thread (perhaps after its runtime is gone) gives the block to malloc.
+void free_record(void* mem, bool recyclable) noexcept {
+  // Any worker's cache will do, even another runtime's: every recyclable
+  // block is a plain operator-new block of kRecordBytes. A handle released on
+  // a plain thread (perhaps after its runtime is gone) gives it to malloc.
   Worker* w = recyclable ? Worker::current() : nullptr;
-  if (w) w->records(bytes).put(mem);
+  if (w) w->records().put(mem);
   else ::operator delete(mem);
 }
 

@@ -10,6 +10,7 @@
 #include "join_record.hpp"
 #include "stack_pool.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <boost/context/detail/fcontext.hpp>
 #include <cstddef>
@@ -69,16 +70,17 @@ struct Fiber {
   // --- for the fiber dump only ---
   Fiber* inline_child = nullptr; // a child it joins inline, running on this fiber's stack
 
-  Task* task() noexcept { return join->task(); }
 };
 
-/// The size of every fiber record (they all come from the workers' caches).
-/// 120 bytes in a normal build, a 128-byte malloc chunk (glibc adds 8).
-inline constexpr std::size_t kFiberBytes = (sizeof(Fiber) + 7) / 8 * 8;
+/// The size of every recycled block: a fiber record, or a join block with a
+/// task that fits (kJoinBytes). Both are 120 bytes in a normal build (a
+/// 128-byte malloc chunk: glibc adds 8); a sanitizer build's fiber record is
+/// larger. One size, so one free list per worker serves both.
+inline constexpr std::size_t kRecordBytes = std::max((sizeof(Fiber) + 7) / 8 * 8, kJoinBytes);
 
-/// Frees a block of `bytes` (kFiberBytes or kJoinBytes when `recyclable`):
-/// into the calling worker's cache of that size if there is one, else to malloc.
-void free_record(void* mem, std::size_t bytes, bool recyclable) noexcept;
+/// Frees a kRecordBytes block (when `recyclable`) into the calling worker's
+/// cache, any worker's, or to malloc from a plain thread; others to malloc.
+void free_record(void* mem, bool recyclable) noexcept;
 /// Makes a parked fiber runnable on its own runtime (no-op unless parked or parking).
 void wake_fiber(Fiber* f);
 

@@ -34,7 +34,7 @@ struct JoinRecord {
   bool thread_joiner = false;      // a plain thread is blocked in join (futex on `done`)
   bool handle_gone;                // detached, or its handle dropped before it finished: nobody
                                    // collects the result, so the fiber destroys it itself
-  bool recyclable;                 // a kJoinBytes block (record_cache.hpp)
+  bool recyclable;                 // a kRecordBytes block (fiber.hpp, record_cache.hpp)
   // The fiber's scheduling record, set at spawn; stale once the fiber has
   // retired. Only ever compared until the record is known to be queued on the
   // caller's worker: it may have been freed and reused by another fiber since
@@ -52,9 +52,9 @@ struct JoinRecord {
 /// would take glibc's slow memalign path on every spawn.
 inline constexpr std::size_t kTaskAlign = alignof(std::max_align_t);
 inline constexpr std::size_t kTaskOffset = (sizeof(JoinRecord) + kTaskAlign - 1) / kTaskAlign * kTaskAlign;
-/// The size of a recyclable join block: tasks up to 72 bytes (a callable with
-/// a few captures and a small result); 120 bytes is a 128-byte malloc chunk
-/// (glibc adds 8). Larger ones come from and go to malloc.
+/// The smallest recyclable join block: room for tasks up to 72 bytes (a
+/// callable with a few captures and a small result). Recycled blocks are
+/// kRecordBytes (fiber.hpp), at least this; larger tasks use malloc.
 inline constexpr std::size_t kJoinBytes = kTaskOffset + 72;
 
 inline Task* JoinRecord::task() noexcept {

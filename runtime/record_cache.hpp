@@ -2,7 +2,7 @@
 // Recycles the blocks of one size that every spawn takes — a fiber's
 // scheduling record, and its join record with the task (join_record.hpp) when
 // the task is small — as Go recycles its goroutine structs: each worker keeps
-// a short free list per size and hands a batch to a shared depot when the list
+// a short free list and hands a batch to a shared depot when the list
 // overflows; a worker whose list is empty takes a batch from the depot before
 // it asks malloc.
 //

@@ -49,7 +49,7 @@ Scheduler::Scheduler(Options options, Runtime* owner)
   for (const auto& pu : topology_.pus()) {
     const auto& sibs = topology_.cores()[pu.core].pus;
     const auto pos = static_cast<unsigned>(std::find(sibs.begin(), sibs.end(), pu.index) - sibs.begin());
-    workers_.push_back(std::make_unique<Worker>(*this, pu, *cores_[pu.core], pos, shared_stacks_, fiber_records_, join_records_));
+    workers_.push_back(std::make_unique<Worker>(*this, pu, *cores_[pu.core], pos, shared_stacks_, records_));
   }
   std::vector<CoreCoordinator*> core_ptrs;
   for (auto& c : cores_) core_ptrs.push_back(c.get());
@@ -144,14 +144,13 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
   const std::size_t stack_size = opts.stack_size ? round_to_pages(*opts.stack_size) : default_stack_;
   // Two blocks: the scheduling record, freed when the fiber retires, and the
   // join record with the task, which a handle keeps (join_record.hpp says why).
-  void* fmem = mine ? here->records(kFiberBytes).get() : ::operator new(kFiberBytes);
-  const bool recyclable = kTaskOffset + size <= kJoinBytes;
+  void* fmem = mine ? here->records().get() : ::operator new(kRecordBytes);
+  const bool recyclable = kTaskOffset + size <= kRecordBytes;
   void* jmem = nullptr;
   try {
-    jmem = recyclable && mine ? here->records(kJoinBytes).get()
-                              : ::operator new(recyclable ? kJoinBytes : kTaskOffset + size);
+    jmem = recyclable && mine ? here->records().get() : ::operator new(recyclable ? kRecordBytes : kTaskOffset + size);
   } catch (...) {
-    free_record(fmem, kFiberBytes, true);
+    free_record(fmem, true);
     throw;
   }
   auto* j = new (jmem) JoinRecord(static_cast<Fiber*>(fmem), id, opts.detached, recyclable);
@@ -159,8 +158,8 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
     construct(static_cast<char*>(jmem) + kTaskOffset, arg);
   } catch (...) {
     j->~JoinRecord();
-    free_record(jmem, kJoinBytes, recyclable);
-    free_record(fmem, kFiberBytes, true);
+    free_record(jmem, recyclable);
+    free_record(fmem, true);
     throw;
   }
   uncount.n = nullptr;

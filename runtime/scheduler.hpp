@@ -110,7 +110,7 @@ private:
   Topology topology_;
   SharedStackPool shared_stacks_;
   // Outlive the workers' caches, which give back to them.
-  RecordDepot fiber_records_{kFiberBytes}, join_records_{kJoinBytes};
+  RecordDepot records_{kRecordBytes};
   std::unique_ptr<Trace> trace_; // null unless tracing
   std::vector<std::unique_ptr<CoreCoordinator>> cores_;
   std::vector<std::unique_ptr<Worker>> workers_;

@@ -39,10 +39,10 @@ constexpr int kPausesPerRound = 8;
 } // namespace
 
 Worker::Worker(Scheduler& sched, const PuInfo& pu, CoreCoordinator& core, unsigned sibling,
-               SharedStackPool& stacks, RecordDepot& fiber_records, RecordDepot& join_records)
+               SharedStackPool& stacks, RecordDepot& records)
     : sched_(sched), pu_(pu), index_(pu.index), core_(core), sibling_(sibling), sib_(&core.sibling(sibling)),
-      stacks_(stacks), fiber_records_(fiber_records), join_records_(join_records),
-      steal_grace_(sched.topology().cores().size()), ticks_(&sched.tick_counter()),
+      stacks_(stacks), records_(records), steal_grace_(sched.topology().cores().size()),
+      ticks_(&sched.tick_counter()),
       trace_(sched.trace() ? &sched.trace()->ring(pu.index) : nullptr) {
   idle_ctx_.is_task = false;
   idle_ctx_.fresh = false;

@@ -47,7 +47,7 @@ extern thread_local constinit std::atomic<bool>* tls_preempt;
 class Worker {
 public:
   Worker(Scheduler& sched, const PuInfo& pu, CoreCoordinator& core, unsigned sibling, SharedStackPool& stacks,
-         RecordDepot& fiber_records, RecordDepot& join_records);
+         RecordDepot& records);
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
@@ -76,15 +76,14 @@ public:
   /// (see Scheduler::live_fibers).
   std::uint64_t spawned_count() const noexcept { return spawned_.load(std::memory_order_acquire); }
   std::uint64_t retired_count() const noexcept { return retired_.load(std::memory_order_acquire); }
-  /// This worker's free records of `bytes` (kFiberBytes: scheduling records,
-  /// kJoinBytes: join records; use only on this worker's thread). Where the
-  /// two sizes are equal, as in a normal build, one cache serves both.
-  RecordCache& records(std::size_t bytes) noexcept { return bytes == kFiberBytes ? fiber_records_ : join_records_; }
+  /// This worker's free kRecordBytes blocks: fiber records and join blocks
+  /// (use only on this worker's thread).
+  RecordCache& records() noexcept { return records_; }
   /// Frees a retired fiber's scheduling record into this worker's cache
-  /// (this worker's thread; every fiber record is a kFiberBytes block).
+  /// (this worker's thread; every fiber record is a kRecordBytes block).
   void recycle(Fiber* f) noexcept {
     f->~Fiber();
-    fiber_records_.put(f);
+    records_.put(f);
   }
   /// What this worker, as a thief, has seen of wake-affine placements (its thread only).
   AffineGrace& steal_grace() noexcept { return steal_grace_; }
@@ -234,7 +233,7 @@ private:
   unsigned sibling_;
   Sibling* sib_; // this PU's slot in its core (cached: read on every yield)
   StackPool stacks_;
-  RecordCache fiber_records_, join_records_;
+  RecordCache records_;
   AffineGrace steal_grace_;
   // Written only by this worker, so a spawn on one worker and the fiber's end
   // on another touch no shared counter (a global one cost 8-14 % of a 1M
