@@ -31,10 +31,17 @@ public:
   bool allows(unsigned core, std::uint32_t seq, int queued) noexcept {
     if (queued != 1) return true; // a backlog: the owner cannot run it all next
     Seen& s = seen_[core];
-    if (seq == s.seq) return s.since == 0 || now_ns() - s.since >= kGraceNs;
-    s = {seq, now_ns()}; // a placement this thief has not seen: wait from now
+    if (seq == s.seq && (s.since == 0 || now_ns() - s.since >= kGraceNs)) return true;
+    if (seq != s.seq) s = {seq, now_ns()}; // a placement this thief has not seen: wait from now
+    refused_ = true;
     return false;
   }
+  /// A steal attempt begins (refused() then says whether it left a core alone for the grace).
+  void new_attempt() noexcept { refused_ = false; }
+  /// The last attempt left a core alone for the grace: a thief about to sleep
+  /// should spin until the grace ends instead (Worker::find_work), or the
+  /// fiber would wait for the slice tick.
+  bool refused() const noexcept { return refused_; }
 
 private:
   struct Seen {
@@ -42,6 +49,7 @@ private:
     std::uint64_t since = 0; // when (0: never waited: the core has had no placement)
   };
   std::vector<Seen> seen_; // per core; only the owning worker's thread uses it
+  bool refused_ = false;
 };
 
 } // namespace coresched::detail

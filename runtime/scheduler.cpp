@@ -218,7 +218,7 @@ Worker* Scheduler::affine_worker(const Fiber& f) const noexcept {
   Worker* here = Worker::current();
   if (!here || &here->scheduler() != this) return nullptr; // woken from a plain thread
   const Fiber* waker = here->running();
-  if (!waker || !waker->is_task || waker->cookie != f.cookie || here->reaping() || !here->nothing_queued())
+  if (!waker || !waker->is_task || waker->cookie != f.cookie || here->waking_for_runtime() || !here->nothing_queued())
     return nullptr;
   return here;
 }
@@ -232,7 +232,9 @@ void Scheduler::place_affine(Worker& here, Fiber* f) {
   c.enqueue_locked(here.sibling_index(), f, wakes, Arrival::woken);
   c.note_affine_locked();
   c.lock().unlock();
+  const bool sibling_takes_it = !wakes.empty(); // a sleeping sibling of this core can run it now
   wakes.notify();
+  if (sibling_takes_it) return;
   // A worker elsewhere is idle: should the waker run on instead of blocking,
   // it stops at its next preemption point and an idle worker is woken then
   // (Worker::note_affine_wake). One that reaches none: the slice tick's
@@ -279,8 +281,8 @@ bool Scheduler::try_start_spinning() noexcept {
   }
 }
 
-void Scheduler::wake_helper(const Worker& from, bool other_cores_only) {
-  if (spinning_.load(std::memory_order_relaxed) > 0) return; // a spinner will find the work
+bool Scheduler::wake_helper(const Worker& from, bool other_cores_only) {
+  if (spinning_.load(std::memory_order_relaxed) > 0) return true; // a spinner will find the work
   const unsigned nllc = placement_->llc_count();
   for (unsigned i = 0; i < nllc; ++i) {
     const unsigned llc = (from.pu().llc + i) % nllc;
@@ -291,7 +293,9 @@ void Scheduler::wake_helper(const Worker& from, bool other_cores_only) {
       WakeList wakes;
       w.core().lock().lock();
       Sibling& s = w.sibling();
-      if (s.sleeping) {
+      // (For stealing from another core, not a forced-idle PU: it may take
+      // only its own core's waiting cookie, and would go back to sleep.)
+      if (s.sleeping && !(other_cores_only && s.forced_idle)) {
         s.sleeping = false;
         wakes.add(&s);
         woke = true;
@@ -300,11 +304,13 @@ void Scheduler::wake_helper(const Worker& from, bool other_cores_only) {
       wakes.notify();
       return woke;
     });
-    if (woke) return;
+    if (woke) return true;
   }
+  return false;
 }
 
 unsigned Scheduler::steal_for(Worker& thief, const Pick& p, Fiber** out) {
+  thief.steal_grace().new_attempt();
   if (p.steal == Pick::Steal::none) return 0;
   for (unsigned ci : steal_order_[thief.index()]) {
     CoreCoordinator& c = *cores_[ci];
@@ -363,12 +369,9 @@ bool Scheduler::tick() {
     // wake-up at spawn or placement time was skipped (a wake-affine fiber
     // whose waker ran on without a preemption point) or found nothing yet
     // waited for the runner's next switch.
-    if (!w.backlog_shared && w.core().queued_hint() > 0 && idle_hint()) {
-      w.backlog_shared = true;
-      // Another core's: a sibling here that sleeps while fibers are queued
-      // is forced idle, and would only go back to sleep.
-      wake_helper(w, true);
-    }
+    // Another core's worker (a sibling here that sleeps while fibers are
+    // queued is forced idle); if none could be woken, the next tick tries again.
+    if (!w.backlog_shared && w.core().queued_hint() > 0 && idle_hint()) w.backlog_shared = wake_helper(w, true);
     if (w.ticks_same >= 4 && stall_ns_ > 0 && !w.stall_reported) check_stall(w);
   }
   return any_busy;

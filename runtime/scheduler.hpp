@@ -59,8 +59,9 @@ public:
   /// Fibers spawned and not yet finished (exact once nothing can spawn).
   std::uint64_t live_fibers() const noexcept;
   /// Called by a worker whose own queue has a backlog: wake a sleeping one
-  /// (of another core only, if `other_cores_only`), unless one spins.
-  void wake_helper(const Worker& from, bool other_cores_only = false);
+  /// (of another core, not forced idle, if `other_cores_only`), unless one
+  /// spins. Returns whether one was woken or spins.
+  bool wake_helper(const Worker& from, bool other_cores_only = false);
   /// A worker enters or leaves the idle loop.
   void note_idle(const Worker& w, bool idle) noexcept;
   /// Whether some worker is idle (a relaxed hint).

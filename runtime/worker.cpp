@@ -245,7 +245,9 @@ void Worker::after_resume(ctx::fcontext_t from) {
     FiberState expected = FiberState::parking;
     if (!p->state.compare_exchange_strong(expected, FiberState::parked, std::memory_order_acq_rel)) {
       p->state.store(FiberState::runnable, std::memory_order_relaxed); // woken while parking
+      waking_for_runtime_ = true; // its waker is elsewhere, not the fiber that runs now
       sched_.place(p);
+      waking_for_runtime_ = false;
     }
     break;
   }
@@ -286,9 +288,9 @@ void Worker::poll_io() {
   // that runs on meanwhile).
   const bool runnable_here = !local_.empty() || core_.queued_hint() > 0;
   ring_.reap(io_done_, !runnable_here);
-  reaping_ = true;
+  waking_for_runtime_ = true;
   for (Fiber* f : io_done_) wake_fiber(f);
-  reaping_ = false;
+  waking_for_runtime_ = false;
   io_done_.clear();
 }
 
@@ -387,7 +389,7 @@ void Worker::reschedule(Requeue how) {
 // at the wake-up itself; deferred to here, a waker that blocks pays nothing.
 __attribute__((noinline)) void Worker::share_after_affine_wake() {
   affine_pending_ = false;
-  if (sched_.idle_hint()) sched_.wake_helper(*this);
+  if (core_.queued_hint() > 0 && sched_.idle_hint()) sched_.wake_helper(*this); // (not if a thief took it)
 }
 
 // Out of line: its locks and wake list must not cost the fast path above a
@@ -456,6 +458,7 @@ Fiber* Worker::find_work() {
   }
   int rounds = 0;
   bool spinning = false;
+  std::uint64_t grace_spin_since = 0; // spinning past the round limit for a thieves' grace, since (ns)
   for (;;) {
     const Pick p = pick();
     if (p.kind == Pick::Kind::run) {
@@ -488,6 +491,17 @@ Fiber* Worker::find_work() {
       for (int i = 0; i < kPausesPerRound; ++i) _mm_pause();
       continue;
     }
+    // The last steal left a wake-affine fiber alone for the thieves' grace
+    // (affine_grace.hpp): stay for the grace, at most one grace in all, so a
+    // fiber whose waker runs on is taken now rather than at the slice tick.
+    if (steal_grace_.refused() && !forced_) {
+      const std::uint64_t now = now_ns();
+      if (grace_spin_since == 0) grace_spin_since = now;
+      if (now - grace_spin_since < AffineGrace::kGraceNs + 1'000) {
+        for (int i = 0; i < kPausesPerRound; ++i) _mm_pause();
+        continue;
+      }
+    }
     if (forced_ && await_handover()) continue;
     if (testing::idle_never_sleeps.load(std::memory_order_relaxed)) {
       // Valgrind runs one thread at a time and switches at the end of a
@@ -503,6 +517,7 @@ Fiber* Worker::find_work() {
     }
     if (!sleep_once()) continue;
     rounds = 0;
+    grace_spin_since = 0;
   }
 }
 

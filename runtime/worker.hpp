@@ -130,9 +130,11 @@ public:
   /// runs on instead (reaches reschedule()), an idle worker is woken to share
   /// the work.
   void note_affine_wake() noexcept { affine_pending_ = true; }
-  /// Fibers woken while this worker reaps I/O completions are not placed
-  /// wake-affine: the running fiber did not wake them and may well run on.
-  bool reaping() const noexcept { return reaping_; }
+  /// Fibers the runtime wakes itself (I/O completions it reaps; a wake-up
+  /// that came while the fiber was still parking, placed once it has
+  /// switched out) are not placed wake-affine: the running fiber did not wake
+  /// them and may well run on.
+  bool waking_for_runtime() const noexcept { return waking_for_runtime_; }
   /// Queues a new fiber spawned by the running fiber on this worker.
   void enqueue_spawned(Fiber* f);
   /// Changes the running fiber's cookie, yielding if a sibling conflicts.
@@ -260,7 +262,7 @@ private:
   ThreadState thread_state_;   // this thread's exception state and errno (eh_state.hpp)
   bool stack_starved_ = false; // a fiber could not get a stack: the idle loop backs off
   bool affine_pending_ = false; // see note_affine_wake
-  bool reaping_ = false;        // see reaping
+  bool waking_for_runtime_ = false; // see waking_for_runtime
   Fiber* current_ = nullptr;
   Fiber* prev_ = nullptr;
   std::uint32_t run_tick_ = 0; // the scheduler's tick count when the running fiber was last charged
