@@ -218,7 +218,9 @@ __attribute__((no_sanitize_thread)) void Scheduler::dump(std::FILE* out) {
         // The innermost fiber on the stack is the one that runs or waits;
         // the joiners below it wait for it inline.
         std::vector<const Fiber*> chain{owner};
-        while (chain.size() < 256 && chain.back()->inline_child) chain.push_back(chain.back()->inline_child);
+        // (Copied here first: push_back would read the field through a
+        // reference, in code TSan does instrument.)
+        for (const Fiber* next; chain.size() < 256 && (next = chain.back()->inline_child);) chain.push_back(next);
         const Fiber* f = chain.back();
         started += chain.size();
         const FiberState st = f->state.load(std::memory_order_acquire);

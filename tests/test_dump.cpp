@@ -144,6 +144,17 @@ TEST_CASE("the fiber dump lists fibers that never ran and a child run inline", "
   Runtime rt(topo("core:1 pu:2"));
   Event go;
   std::atomic<std::uint64_t> child_id{0}, parent_id{0};
+  // A fiber pinned behind a spinner never runs while the dump is taken. The
+  // spinner holds PU 1 before the parent spawns its child: an idle PU 1 could
+  // take the child first, and it would not run inline (seen once in six TSan
+  // runs of the suite).
+  std::atomic<bool> stop{false}, spinning{false};
+  auto spinner = rt.spawn([&] {
+    spinning = true;
+    while (!stop.load()) {}
+  }, SpawnOptions{.pin_to_pu = 1});
+  while (!spinning.load()) std::this_thread::yield();
+  auto queued = rt.spawn([] {}, SpawnOptions{.pin_to_pu = 1});
   auto parent = rt.spawn([&] {
     parent_id = this_fiber::id();
     auto child = spawn([&] {
@@ -152,12 +163,11 @@ TEST_CASE("the fiber dump lists fibers that never ran and a child run inline", "
     });
     child.join(); // runs inline: same cookie, not started
   }, SpawnOptions{.pin_to_pu = 0});
-  // A fiber pinned behind a spinner never runs while the dump is taken.
-  std::atomic<bool> stop{false};
-  auto spinner = rt.spawn([&] { while (!stop.load()) {} }, SpawnOptions{.pin_to_pu = 1});
-  auto queued = rt.spawn([] {}, SpawnOptions{.pin_to_pu = 1});
   const std::string d = dump_when(rt, [&](const std::string& s) {
-    return child_id.load() && has(s, "below it on the same stack: fiber " + std::to_string(parent_id.load()));
+    // (and its queues read: an idle worker spinning on the core lock, slow
+    // under TSan, can keep the dump from taking it for its 1 ms)
+    return child_id.load() && has(s, "below it on the same stack: fiber " + std::to_string(parent_id.load())) &&
+           !has(s, "queues not read");
   });
   INFO(d);
   CHECK(has(d, "fiber " + std::to_string(child_id.load()) + " cookie 0 parked"));
