@@ -4,21 +4,21 @@
 
 #include <catch2/catch.hpp>
 
-#include <chrono>
-#include <thread>
 #include <vector>
 
 using namespace coresched::detail;
 using Kind = Pick::Kind;
 
 namespace {
-// A clock the tests move by hand (CoreConfig::clock).
+// A clock the tests move by hand (CoreConfig::clock), for every test here: on
+// the real clock a test descheduled between two picks on a loaded machine
+// (ctest -j2) saw a slice pass that it did not script.
 std::uint64_t fake_now = 1'000'000'000;
 std::uint64_t fake_clock() noexcept { return fake_now; }
 
 struct Core {
   explicit Core(unsigned n, coresched::FairnessPolicy policy = coresched::FairnessPolicy::core_vruntime,
-                std::uint64_t gran = 500'000, ClockFn clock = now_ns)
+                std::uint64_t gran = 500'000, ClockFn clock = fake_clock)
       : c(0, workers(n), CoreConfig{policy, gran, clock}) {}
   static std::vector<unsigned> workers(unsigned n) {
     std::vector<unsigned> w;
@@ -93,8 +93,9 @@ TEST_CASE("when another cookie is due, the running sibling is asked to stop firs
   std::vector<Fiber> f(2);
   core.add(0, fiber(f, 0, 5, 0));
   REQUIRE(core.pick(0).fiber == &f[0]); // cookie 5 owns the core from now
-  std::this_thread::sleep_for(std::chrono::milliseconds(3));
-  core.add(1, fiber(f, 1, 6, 1));
+  fake_now += 3'000'000; // 3 ms
+  core.add(1, fiber(f, 1, 6, 1)); // placed level with cookie 5 (the kernel's min_vruntime)
+  fake_now += 1'000; // cookie 5 runs on while 6 waits: now 6 is due (on the real clock, the time to pick)
   const Pick b = core.pick(1);
   REQUIRE(b.kind == Kind::forced_idle); // no overlap: it waits
   CHECK(b.wanted == 6);
@@ -120,7 +121,7 @@ TEST_CASE("forced-idle balance favours the cookie that waited longest", "[coordi
   REQUIRE(core.pick(0).fiber == &f[0]);
   core.add(1, fiber(f, 1, 6, 1));
   core.pick(1); // a checkpoint: cookie 6 starts waiting
-  std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  fake_now += 3'000'000; // 3 ms
   const Pick b = core.pick(1);
   CHECK(b.kind == Kind::forced_idle);
   CHECK(b.wanted == 6); // 6 waited while 5 held the core: 6 is due
