@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: Apache-2.0
+// A worker with nothing to run: it picks, steals and spins a while, then
+// sleeps in its ring until a waker, a completion or a timer needs it. The
+// spin is the bet that work comes sooner than a wake-up would take; the
+// spinner slots keep that bet from burning more than half the idle CPUs.
+#include "worker.hpp"
+
+#include "clock.hpp"
+#include "scheduler.hpp"
+
+#include <chrono>
+#include <immintrin.h>
+#include <thread>
+
+namespace coresched::detail {
+
+namespace testing {
+std::atomic<bool> idle_never_sleeps{false};
+} // namespace testing
+
+namespace {
+// Idle spinning: rounds of (pick, steal, a few pauses) before sleeping,
+// ~50 us in all here: long enough to catch a quick hand-off (a wake to a
+// sleeping worker costs 10-90 us on this VM), short enough not to burn a CPU.
+// At most half the idle workers hold a spinner slot; a worker refused one
+// still spins a few rounds, so a transient count (a spinner that has found
+// work but not yet left the idle set) does not send it straight to sleep.
+constexpr int kIdleSpinRounds = 256;
+constexpr int kUnclaimedSpinRounds = 16;
+constexpr int kForcedIdleSpinRounds = 16; // forced idle must not burn the sibling's pipeline
+constexpr int kPausesPerRound = 8;
+
+} // namespace
+
+void Worker::idle_loop() {
+  while (Fiber* f = find_work()) switch_to(f, After::none);
+}
+
+void Worker::set_idle(bool on) {
+  if (idle_ == on) return;
+  idle_ = on;
+  sched_.note_idle(*this, on);
+}
+
+Fiber* Worker::find_work() {
+  if (stack_starved_) [[unlikely]] {
+    // A picked fiber found no memory for its stack and went back to the
+    // queue: give other fibers time to finish and free theirs.
+    stack_starved_ = false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  int rounds = 0;
+  bool spinning = false;
+  std::uint64_t grace_spin_since = 0; // spinning past the round limit for a thieves' grace, since (ns)
+  for (;;) {
+    const Pick p = pick();
+    if (p.kind == Pick::Kind::run) {
+      if (spinning) sched_.stop_spinning();
+      leave_forced_idle();
+      set_idle(false);
+      if (core_.queued_hint() > 0) sched_.wake_helper(*this); // more here: wake a helper, as Go's last spinner does
+      return p.fiber;
+    }
+    if (p.kind == Pick::Kind::forced_idle) enter_forced_idle(p);
+    else leave_forced_idle();
+    set_idle(true);
+    if (sched_.exiting()) {
+      if (spinning) sched_.stop_spinning();
+      return nullptr;
+    }
+    poll_io();
+    Fiber* stolen[Scheduler::kStealBatch];
+    if (const unsigned n = sched_.steal_for(*this, p, stolen)) {
+      steals_.fetch_add(n, std::memory_order_relaxed);
+      core_.lock().lock();
+      for (unsigned i = 0; i < n; ++i) core_.adopt_locked(sibling_, stolen[i]);
+      core_.lock().unlock();
+      continue;
+    }
+    if (!spinning && !forced_) spinning = sched_.try_start_spinning();
+    const int limit = forced_ ? kForcedIdleSpinRounds : spinning ? kIdleSpinRounds : kUnclaimedSpinRounds;
+    if (rounds < limit) {
+      ++rounds;
+      for (int i = 0; i < kPausesPerRound; ++i) _mm_pause();
+      continue;
+    }
+    // The last steal left a wake-affine fiber alone for the thieves' grace
+    // (affine_grace.hpp): stay for the grace, at most one grace in all, so a
+    // fiber whose waker runs on is taken now rather than at the slice tick.
+    if (steal_grace_.refused() && !forced_) {
+      const std::uint64_t now = now_ns();
+      if (grace_spin_since == 0) grace_spin_since = now;
+      if (now - grace_spin_since < AffineGrace::kGraceNs + 1'000) {
+        for (int i = 0; i < kPausesPerRound; ++i) _mm_pause();
+        continue;
+      }
+    }
+    if (forced_ && await_handover()) continue;
+    if (testing::idle_never_sleeps.load(std::memory_order_relaxed)) {
+      // Valgrind runs one thread at a time and switches at the end of a
+      // quantum, which may fall inside this worker's core lock; a waker then
+      // spins until its own yield. Yielding here, outside every lock, hands
+      // valgrind a switch point where the lock is free.
+      sched_yield();
+      continue;
+    }
+    if (spinning) {
+      sched_.stop_spinning();
+      spinning = false;
+    }
+    if (!sleep_once()) continue;
+    rounds = 0;
+    grace_spin_since = 0;
+  }
+}
+
+// Sleeps unless work arrived. The pick and the `sleeping` flag are set under
+// the core lock, and every waker queues under that lock and then checks the
+// flag, so a wake-up cannot fall between the check and the sleep.
+bool Worker::sleep_once() {
+  WakeList wakes;
+  core_.lock().lock();
+  const Pick p = core_.pick_locked(sibling_, wakes);
+  if (p.kind == Pick::Kind::run) {
+    // Work arrived after all: put it back and let the loop take it.
+    core_.requeue_locked(sibling_, p.fiber);
+    core_.sibling(sibling_).running.store(kNoCookie, std::memory_order_release);
+    core_.lock().unlock();
+    wakes.notify();
+    return false;
+  }
+  core_.prepare_sleep_locked(sibling_);
+  const std::uint64_t handover = forced_ && sched_.handover_spin() ? core_.expected_handover_locked(sibling_) : 0;
+  const std::uint32_t epoch = sibling().wake_word.load(std::memory_order_acquire);
+  core_.lock().unlock();
+  wakes.notify();
+  if (sched_.exiting()) return true;
+  // Shutdown may have begun after this worker's last poll_io but before it was
+  // marked sleeping here, so wake_all_workers passed it by; asleep now, it would
+  // never cancel its in-flight I/O (a fiber in a 1 h io::sleep_until kept
+  // shutdown waiting for ever: fuzzer seed 242921). The core lock orders the
+  // two: either the waker saw `sleeping`, or this load sees `stopping`.
+  if (sched_.stopping() && !stop_cancelled_ && (ring_.inflight() != 0 || ring_.deferring())) return true;
+  close_segment(now_ns());
+  sleeps_.fetch_add(1, std::memory_order_relaxed);
+  // Sleep in the io_uring: an I/O completion or a waker's eventfd write ends
+  // it; forced idle, also the time to get ready for the expected hand-over.
+  bool woke_early = false;
+  while (sibling().wake_word.load(std::memory_order_acquire) == epoch && !sched_.exiting()) {
+    if (handover != 0 && (woke_early = sleep_until_handover(handover))) break;
+    if (handover == 0) ring_.wait(io_done_);
+    if (!io_done_.empty()) break;
+  }
+  if (!io_done_.empty() || woke_early) {
+    core_.lock().lock();
+    sibling().sleeping = false; // awake for our own completions: wakers need not write the eventfd
+    core_.lock().unlock();
+    for (Fiber* f : io_done_) wake_fiber(f);
+    io_done_.clear();
+  }
+  return true;
+}
+
+} // namespace coresched::detail
