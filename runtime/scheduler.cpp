@@ -34,6 +34,12 @@ Scheduler::Scheduler(Options options, Runtime* owner)
   stall_ns_ = static_cast<std::uint64_t>(std::chrono::nanoseconds(options_.stall_threshold).count());
   handover_spin_ = options_.handover_spin;
   if (const char* env = std::getenv("CORESCHED_HANDOVER_SPIN")) handover_spin_ = handover_spin_ || std::string(env) == "1";
+  if (const char* env = std::getenv("CORESCHED_WAKE_AFFINE")) {
+    const std::string v(env);
+    if (v != "0" && v != "1") throw UsageError("coresched: CORESCHED_WAKE_AFFINE must be 0 or 1, not '" + v + "'");
+    options_.wake_affine = options_.wake_affine && v == "1"; // options() tells what is in force
+  }
+  wake_affine_ = options_.wake_affine;
   slice_ns_ = static_cast<std::uint64_t>(std::chrono::nanoseconds(options_.slice).count());
   options_.topology = topology_.spec();
   default_stack_ = round_to_pages(options_.stack_size);
@@ -214,7 +220,7 @@ void Scheduler::place(Fiber* f, Arrival why) {
 // Same cookie only: it must not bring a cookie the core is not running.
 // Queued fibers there, or a pinned fiber: the usual placement below.
 Worker* Scheduler::affine_worker(const Fiber& f) const noexcept {
-  if (f.pinned != kNotPinned) return nullptr;
+  if (!wake_affine_ || f.pinned != kNotPinned) return nullptr; // (Options::wake_affine)
   Worker* here = Worker::current();
   if (!here || &here->scheduler() != this) return nullptr; // woken from a plain thread
   const Fiber* waker = here->running();

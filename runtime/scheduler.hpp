@@ -121,6 +121,7 @@ private:
   std::uint64_t stall_ns_ = 0; // Options::stall_threshold; 0 = off
   std::uint64_t slice_ns_ = 0;
   bool handover_spin_ = false;
+  bool wake_affine_ = true; // Options::wake_affine (or CORESCHED_WAKE_AFFINE=0)
   std::size_t default_stack_ = 0; // Options::stack_size in whole pages
   std::atomic<std::uint64_t> external_spawned_{0}; // spawns from threads that are not its workers
   std::atomic<bool> stopping_{false};

@@ -89,6 +89,10 @@ WORKLOADS = [
     # preemption points, as cooperative code has them).
     Workload("wake_run_on", "wake latency, placed by the runtime, the waker runs on 100 us (us)", 2_000, 200,
              peers=["coresched", "go"]),
+    # A producer and a consumer, 1 us of work each per item, a channel of 64
+    # between them: ~1,000 ns per item if they overlap, ~2,000 if they take turns.
+    Workload("pipeline", "producer -> channel(64) -> consumer, 1 us of work each per item (ns per item)", 100_000,
+             5_000, peers=["coresched", "go"]),
     Workload("echo", "loopback TCP echo, 64-byte messages (requests/s)", 0, 0,
              peers=list(ECHO_SERVERS), higher_is_better=True),
 ]

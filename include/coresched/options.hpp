@@ -76,6 +76,15 @@ struct Options {
   /// CORESCHED_HANDOVER_SPIN=1.
   bool handover_spin = false;
 
+  /// Wake-affine placement: a fiber woken by a running fiber of its own
+  /// cookie, on a worker with nothing else queued, waits there to run next
+  /// (Go's `runnext`), so a waker that then blocks hands its worker over
+  /// within a microsecond instead of a cross-CPU wake-up; thieves leave such
+  /// a fiber alone for 5 us. Off: a woken fiber goes to an idle worker, or
+  /// back to its previous one (see README, "How it works"). Also off with
+  /// CORESCHED_WAKE_AFFINE=0 (another value than 0 or 1 is a UsageError).
+  bool wake_affine = true;
+
   /// Write a scheduling trace (Chrome trace-event JSON, for Perfetto UI or
   /// chrome://tracing) to this path at shutdown; empty means CORESCHED_TRACE
   /// or no trace. Each worker keeps its last CORESCHED_TRACE_EVENTS events

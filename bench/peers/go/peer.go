@@ -169,6 +169,33 @@ func wakeLatencyAny(n int64, gapUs float64) []figure {
 	return wakeLatencyOf(n, gapUs, false)
 }
 
+// A producer and a consumer goroutine, each with 1 us of work per item,
+// through a channel of 64: ns per item (see the coresched peer's pipeline).
+func pipeline(n int64, _ float64) []figure {
+	items := make(chan int64, 64)
+	done := make(chan int64)
+	t0 := time.Now()
+	go func() {
+		var sum int64
+		for v := range items {
+			spinFor(time.Microsecond)
+			sum += v
+		}
+		done <- sum
+	}()
+	for i := int64(0); i < n; i++ {
+		spinFor(time.Microsecond)
+		items <- i
+	}
+	close(items)
+	sum := <-done
+	r := nsPerOp(t0, float64(n))
+	if sum != n*(n-1)/2 {
+		fail("pipeline: wrong sum")
+	}
+	return []figure{{"time", "ns/item", r}}
+}
+
 // As wake_any, but A runs on for 100 us after waking B before it waits for
 // B's answer: the waker that does not block at once.
 func wakeRunOn(n int64, gapUs float64) []figure {
@@ -252,7 +279,7 @@ func main() {
 		"yield": yieldPingPong, "spawn_join": spawnJoin, "spawn_many": spawnMany, "spawn_many_wg": spawnMany,
 		"skynet": skynetWorkload, "channel": channelRoundTrip, "channel_1w": channelRoundTrip1w,
 		"channel_any": channelRoundTripAny, "wake": wakeLatency, "wake_any": wakeLatencyAny,
-		"wake_run_on": wakeRunOn,
+		"wake_run_on": wakeRunOn, "pipeline": pipeline,
 	}
 	if len(os.Args) < 2 {
 		fail("usage: go-peer WORKLOAD|echo-server [-n N] [-gap-us G] [-no-warmup]")
