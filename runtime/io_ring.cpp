@@ -39,6 +39,9 @@ constexpr Required kRequired[] = {
 } // namespace
 
 IoRing::~IoRing() {
+  // Work posted by fibers that finished after the owner's last reap (a
+  // stream's buffers to free) is still owed.
+  for (auto& fn : posted_) fn();
   if (ready_) io_uring_queue_exit(&ring_);
   if (event_fd_ >= 0) ::close(event_fd_);
 }
@@ -123,6 +126,9 @@ void IoRing::submit() {
 bool IoRing::events_pending() const noexcept {
   // With COOP/DEFER_TASKRUN completions are posted only when we enter the
   // kernel; the TASKRUN flag says when that is needed (without the flag, ask).
+  // A completion queue that overflowed holds the rest in the kernel until we
+  // enter it (a multishot recv can post many CQEs between two reaps).
+  if (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_CQ_OVERFLOW) return true;
   const bool deferred = setup_flags_ & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN);
   return deferred && (!(setup_flags_ & IORING_SETUP_TASKRUN_FLAG) ||
                       (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN));
@@ -146,23 +152,54 @@ bool IoRing::defer_submission() noexcept {
 
 void IoRing::request_cancel(IoOp* op, std::uint64_t seq) {
   {
-    std::lock_guard lk(cancel_mu_);
+    std::lock_guard lk(remote_mu_);
     cancels_.emplace_back(op, seq);
-    cancels_pending_.store(true, std::memory_order_release);
+    remote_pending_.store(true, std::memory_order_release);
   }
   wake();
 }
 
-void IoRing::drain_cancels() {
-  if (!cancels_pending_.load(std::memory_order_acquire)) return;
-  std::vector<std::pair<IoOp*, std::uint64_t>> ops;
+void IoRing::post(std::function<void()> fn) {
   {
-    std::lock_guard lk(cancel_mu_);
+    std::lock_guard lk(remote_mu_);
+    posted_.push_back(std::move(fn));
+    remote_pending_.store(true, std::memory_order_release);
+  }
+  wake();
+}
+
+void IoRing::drain_remote() {
+  if (!remote_pending_.load(std::memory_order_acquire)) return;
+  std::vector<std::pair<IoOp*, std::uint64_t>> ops;
+  std::vector<std::function<void()>> posted;
+  {
+    std::lock_guard lk(remote_mu_);
     ops.swap(cancels_);
-    cancels_pending_.store(false, std::memory_order_relaxed);
+    posted.swap(posted_);
+    remote_pending_.store(false, std::memory_order_relaxed);
   }
   for (auto [op, seq] : ops)
     if (inflight_ops_.count(op) && op->seq == seq) queue_cancel(op); // else it has finished already
+  for (auto& fn : posted) fn();
+}
+
+int IoRing::register_buf_ring(void* ring, unsigned entries) {
+  int bgid = next_bgid_;
+  if (!free_bgids_.empty()) bgid = free_bgids_.back();
+  else if (bgid > 0xffff) return -ENOSPC; // buffer group ids are 16 bits
+  io_uring_buf_reg reg{};
+  reg.ring_addr = reinterpret_cast<std::uint64_t>(ring);
+  reg.ring_entries = entries;
+  reg.bgid = static_cast<std::uint16_t>(bgid);
+  const int rc = io_uring_register_buf_ring(&ring_, &reg, 0);
+  if (rc < 0) return rc;
+  if (!free_bgids_.empty()) free_bgids_.pop_back();
+  else ++next_bgid_;
+  return bgid;
+}
+
+void IoRing::unregister_buf_ring(int bgid) {
+  if (io_uring_unregister_buf_ring(&ring_, bgid) == 0) free_bgids_.push_back(bgid);
 }
 
 void IoRing::queue_cancel(IoOp* op) {
@@ -196,6 +233,16 @@ void IoRing::complete(io_uring_cqe* cqe, std::vector<Fiber*>& done) {
   }
   if (tag == kTagIgnore) return;
   auto* op = reinterpret_cast<IoOp*>(data & ~kTagMask);
+  if (op->on_cqe) {
+    // A multishot request: in flight until a CQE without F_MORE.
+    const bool last = !(cqe->flags & IORING_CQE_F_MORE);
+    if (last) {
+      --inflight_;
+      inflight_ops_.erase(op);
+    }
+    op->on_cqe(op, *cqe, last, done); // may free `op` when `last`
+    return;
+  }
   if (tag == kTagTimeout) {
     if (cqe->res == -ETIME) op->timed_out = true;
   } else {
@@ -211,7 +258,7 @@ void IoRing::complete(io_uring_cqe* cqe, std::vector<Fiber*>& done) {
 }
 
 void IoRing::reap(std::vector<Fiber*>& done, bool submit_now) {
-  drain_cancels();
+  drain_remote();
   if (io_uring_sq_ready(&ring_) > 0 && !submit_now && !defer_submission()) submit_now = true;
   if (events_pending()) {
     // Entering anyway: submit the queue in the same call.
@@ -233,7 +280,7 @@ void IoRing::reap(std::vector<Fiber*>& done, bool submit_now) {
 }
 
 void IoRing::wait(std::vector<Fiber*>& done) {
-  drain_cancels();
+  drain_remote();
   io_uring_cqe* cqe = nullptr;
   const int rc = io_uring_submit_and_wait(&ring_, 1);
   if (rc >= 0) submitted();
@@ -242,7 +289,7 @@ void IoRing::wait(std::vector<Fiber*>& done) {
 }
 
 bool IoRing::wait_for(std::vector<Fiber*>& done, std::uint64_t ns) {
-  drain_cancels();
+  drain_remote();
   __kernel_timespec ts{static_cast<long long>(ns / 1'000'000'000), static_cast<long long>(ns % 1'000'000'000)};
   io_uring_cqe* cqe = nullptr;
   const int rc = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <unordered_set>
 #include <string>
@@ -26,13 +27,19 @@ namespace testing {
 extern std::atomic<std::uint64_t> max_io_defer_ns;
 } // namespace testing
 
-/// One in-flight operation. Lives on the waiting fiber's stack.
+/// One in-flight operation. Lives on the waiting fiber's stack, or for a
+/// multishot request in whatever object consumes its completions.
 struct IoOp {
   Fiber* fiber = nullptr;
   std::int32_t result = 0;
   int pending = 1;        // CQEs still to come (2 with a linked timeout)
   bool timed_out = false;
   std::uint64_t seq = 0;  // unique per ring, so a late cancel cannot hit a reused stack slot
+  /// Set for a multishot request: called on the owner thread for each of its
+  /// CQEs (`last`: the kernel ended the request, no IORING_CQE_F_MORE) instead
+  /// of waking `fiber`; it appends to `done` the fibers to wake. The ring no
+  /// longer refers to the op once `last` is passed, so the handler may free it.
+  void (*on_cqe)(IoOp* op, const io_uring_cqe& cqe, bool last, std::vector<Fiber*>& done) = nullptr;
 };
 
 class IoRing {
@@ -57,6 +64,17 @@ public:
   void request_cancel(IoOp* op, std::uint64_t seq);
   /// Cancels every in-flight operation (shutdown).
   void cancel_all();
+  /// Any thread: runs `fn` on the owner thread at its next reap, and wakes it
+  /// if it sleeps; a busy owner gets to it at its next scheduling point that
+  /// reaps (or at the ring's end). For work that only the owner may do and
+  /// that can wait: unregistering a buffer ring.
+  void post(std::function<void()> fn);
+  /// Registers `entries` (a power of two) buffer slots at `ring` (page
+  /// aligned) as a provided-buffer ring (owner thread); the group id, or a
+  /// negative errno.
+  int register_buf_ring(void* ring, unsigned entries);
+  /// Unregisters group `bgid` (owner thread); its id may be used again.
+  void unregister_buf_ring(int bgid);
   /// Submits queued SQEs.
   void submit();
   /// Processes completions without blocking; appends fibers whose ops
@@ -72,16 +90,20 @@ public:
   /// Any thread: makes wait() return.
   void wake() const noexcept;
   /// Any thread: the owner should reach a scheduling point soon, because the
-  /// kernel holds completions that it has not collected (IORING_SQ_TASKRUN;
-  /// never set where the ring lacks TASKRUN_FLAG) or it holds back SQEs.
+  /// kernel holds completions that it has not collected (IORING_SQ_TASKRUN,
+  /// never set where the ring lacks TASKRUN_FLAG; or a completion queue that
+  /// overflowed) or it holds back SQEs.
   bool needs_attention() const noexcept {
-    return deferring() ||
-           ((setup_flags_ & IORING_SETUP_TASKRUN_FLAG) && (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN));
+    const unsigned kflags = IO_URING_READ_ONCE(*ring_.sq.kflags);
+    return deferring() || (kflags & IORING_SQ_CQ_OVERFLOW) ||
+           ((setup_flags_ & IORING_SETUP_TASKRUN_FLAG) && (kflags & IORING_SQ_TASKRUN));
   }
   /// Whether SQEs are being held back to be submitted in a batch (owner thread only).
   bool deferring() const noexcept { return deferred_since_.load(std::memory_order_relaxed) != 0; }
   /// Operations in flight (owner thread only).
   unsigned inflight() const noexcept { return inflight_; }
+  /// Any thread: cancellations or posted work wait for the owner.
+  bool remote_pending() const noexcept { return remote_pending_.load(std::memory_order_relaxed); }
 
   /// How long a reap may leave an SQE unsubmitted. A bound in time, not in
   /// reaps: between two reaps a CPU-bound fiber may run a whole slice (the
@@ -91,7 +113,7 @@ public:
 private:
   void arm_wakeup();
   void complete(io_uring_cqe* cqe, std::vector<Fiber*>& done);
-  void drain_cancels();
+  void drain_remote();
   /// Queues a cancellation of `op` by its user_data (submitted with the next batch).
   void queue_cancel(IoOp* op);
   /// Whether completions wait in the kernel until we enter it.
@@ -112,9 +134,12 @@ private:
   std::atomic<std::uint64_t> deferred_since_{0};
   std::uint64_t next_seq_ = 1;
   std::unordered_set<IoOp*> inflight_ops_; // owner thread only
-  std::mutex cancel_mu_;
-  std::vector<std::pair<IoOp*, std::uint64_t>> cancels_; // guarded by cancel_mu_
-  std::atomic<bool> cancels_pending_{false};
+  std::mutex remote_mu_;
+  std::vector<std::pair<IoOp*, std::uint64_t>> cancels_; // guarded by remote_mu_
+  std::vector<std::function<void()>> posted_;             // guarded by remote_mu_
+  std::atomic<bool> remote_pending_{false};
+  int next_bgid_ = 0;              // owner only: buffer group ids handed out
+  std::vector<int> free_bgids_;    // and given back
 };
 
 } // namespace coresched::detail

@@ -117,6 +117,7 @@ void Worker::thread_main() {
               sibling_, ring_.flags_text());
   ready_.store(1, std::memory_order_release);
   idle_loop();
+  drain_ring();
   close_segment(now_ns());
   if (trace_) trace_run(nullptr);
   tls_worker = nullptr;
@@ -271,8 +272,11 @@ bool Worker::local_ok(const Fiber* adding) const noexcept {
 // point while operations are in flight, and by the idle loop.
 void Worker::poll_io() {
   // Deferred SQEs without an operation in flight: a cancel whose target has
-  // just completed, a re-armed wake-up. They still need their submission.
-  if (ring_.inflight() == 0 && !ring_.deferring()) return;
+  // just completed, a re-armed wake-up. They still need their submission, as
+  // does work another thread posted (a moved RecvStream's old buffers to
+  // unregister; on the single-PU fast path, which does not come here, they
+  // wait for the worker's next I/O or idle spell: memory, not a fiber, waits).
+  if (ring_.inflight() == 0 && !ring_.deferring() && !ring_.remote_pending()) return;
   if (sched_.stopping() && !stop_cancelled_) {
     ring_.cancel_all(); // shutdown: sleeping and blocked fibers return operation_canceled
     stop_cancelled_ = true;
@@ -288,6 +292,23 @@ void Worker::poll_io() {
     const RuntimeWaking own(waking_for_runtime_);
     for (Fiber* f : io_done_) wake_fiber(f);
   }
+  io_done_.clear();
+}
+
+// The worker leaves its loop once no fiber is live, but a request whose fiber
+// is gone may still be in the kernel: the multishot recv of a RecvStream
+// destroyed as the runtime shut down, whose last completion frees the
+// stream's state and buffers. Cancel what is left and reap it here, on the
+// ring's own thread, for at most a second (the kernel answers a cancellation
+// at once; the bound only keeps a misbehaving kernel from hanging shutdown).
+void Worker::drain_ring() {
+  ring_.cancel_all();
+  const std::uint64_t deadline = now_ns() + 1'000'000'000;
+  while (ring_.inflight() > 0 && now_ns() < deadline) {
+    ring_.wait_for(io_done_, 10'000'000);
+    io_done_.clear(); // no fiber is live: nothing to wake
+  }
+  ring_.reap(io_done_, true); // work posted meanwhile (buffers to unregister)
   io_done_.clear();
 }
 

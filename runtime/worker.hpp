@@ -227,6 +227,8 @@ private:
   void leave_forced_idle();
   void set_idle(bool on);
   void poll_io();
+  /// At exit: cancels and reaps the requests still in the kernel.
+  void drain_ring();
 
   Scheduler& sched_;
   const PuInfo& pu_;

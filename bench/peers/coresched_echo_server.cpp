@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The coresched echo server: straight-line code, a fiber per connection, all
-// I/O through coresched::io (each worker's io_uring).
+// I/O through coresched::io (each worker's io_uring). A connection receives
+// through an io::RecvStream (one multishot recv, no request per message);
+// --plain-recv uses one io::recv per message instead, for comparison.
 //
 // Like the epoll server it has one SO_REUSEPORT listener per worker, with an
 // acceptor fiber pinned there, so the kernel spreads connections over the
@@ -10,6 +12,7 @@
 
 #include <coresched/coresched.hpp>
 #include <coresched/io.hpp>
+#include <coresched/recv_stream.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -31,25 +34,42 @@ bool send_all(int fd, std::span<const std::byte> data) {
   return true;
 }
 
-void serve_connection(int fd) {
+void serve_plain(int fd) {
   std::array<std::byte, 4096> buf; // on the fiber's stack
   for (;;) {
     const io::Result r = io::recv(fd, buf);
     if (!r || r.value == 0) break;
     if (!send_all(fd, std::span<const std::byte>(buf.data(), static_cast<std::size_t>(r.value)))) break;
   }
+}
+
+void serve_stream(int fd) {
+  // One request in flight per connection: two buffers of 1 KiB are plenty,
+  // and with the buffer ring they fit in one page.
+  io::RecvStream in(fd, 1024, 2);
+  std::span<const std::byte> data;
+  for (;;) {
+    const io::Result r = in.next(data);
+    if (!r || r.value == 0) break;
+    if (!send_all(fd, data)) break;
+  }
+}
+
+void serve_connection(int fd, bool plain) {
+  if (plain) serve_plain(fd);
+  else serve_stream(fd);
   io::close(fd);
 }
 
 // Blocking listener on purpose: io_uring then arms an internal poll instead of
 // failing with EAGAIN, so accept never busy-loops.
-[[noreturn]] void accept_loop(Runtime& rt, int listener) {
+[[noreturn]] void accept_loop(Runtime& rt, int listener, bool plain) {
   for (;;) {
     const io::Result r = io::accept(listener);
     if (!r) continue;
     const int fd = static_cast<int>(r.value);
     peers::set_nodelay(fd);
-    rt.spawn([fd] { serve_connection(fd); }, SpawnOptions{.detached = true});
+    rt.spawn([fd, plain] { serve_connection(fd, plain); }, SpawnOptions{.detached = true});
   }
 }
 
@@ -57,6 +77,8 @@ void serve_connection(int fd) {
 
 int main(int argc, char** argv) {
   CLI::App app{"coresched echo server: prints PORT <n>, serves until killed"};
+  bool plain = false;
+  app.add_flag("--plain-recv", plain, "one io::recv per message instead of a RecvStream (multishot recv)");
   CLI11_PARSE(app, argc, argv);
   try {
     peers::raise_nofile_limit();
@@ -66,7 +88,8 @@ int main(int argc, char** argv) {
     const int port = peers::local_port(listeners[0]);
     for (unsigned i = 1; i < workers; ++i) listeners.push_back(peers::make_listener(port, true, false));
     for (unsigned i = 0; i < workers; ++i)
-      rt.spawn([&rt, fd = listeners[i]] { accept_loop(rt, fd); }, SpawnOptions{.pin_to_pu = i, .detached = true});
+      rt.spawn([&rt, fd = listeners[i], plain] { accept_loop(rt, fd, plain); },
+               SpawnOptions{.pin_to_pu = i, .detached = true});
     peers::announce_port(port);
     for (;;) pause(); // the driver kills us
   } catch (const std::exception& e) {

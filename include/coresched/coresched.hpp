@@ -7,6 +7,7 @@
 #include <coresched/io.hpp>
 #include <coresched/join_handle.hpp>
 #include <coresched/options.hpp>
+#include <coresched/recv_stream.hpp>
 #include <coresched/runtime.hpp>
 #include <coresched/stats.hpp>
 #include <coresched/sync.hpp>
