@@ -36,8 +36,9 @@ double ms_since(Clock::time_point t0, Clock::time_point t) {
 namespace {
 
 // A wakes B and blocks, 200 times, on two single-PU cores: how many times B
-// ran on the worker its waker had just run on.
-int wakes_on_wakers_worker(Options o, int rounds) {
+// ran on the worker its waker had just run on. With `run_on_us`, A first runs
+// on for that long (with preemption points) before it blocks.
+int wakes_on_wakers_worker(Options o, int rounds, int run_on_us = 0) {
   Runtime rt(o);
   Semaphore to_b, to_a;
   std::atomic<unsigned> waker_worker{~0u};
@@ -54,6 +55,7 @@ int wakes_on_wakers_worker(Options o, int rounds) {
       spin_for(std::chrono::microseconds(50), false); // B is parked by now
       waker_worker.store(this_fiber::location().worker);
       to_b.release();
+      if (run_on_us > 0) spin_for(std::chrono::microseconds(run_on_us), true);
       to_a.acquire();
     }
   }).join();
@@ -76,9 +78,16 @@ TEST_CASE("Options::wake_affine = false and CORESCHED_WAKE_AFFINE=0 turn wake-af
   constexpr int kRounds = 200;
   Options o = topo("core:2 pu:1");
   o.wake_affine = false;
-  const int same = wakes_on_wakers_worker(o, kRounds);
+  // A runs on for 1 ms after each wake-up, so its worker is busy while B is
+  // placed and woken: B then runs where it was placed. (When A blocked at
+  // once, its worker, going idle, often stole B from the other one, whose
+  // vCPU was still waking up: 109-200 of 200 with the option off, in runs
+  // on a busy host.) Measured: 0-32 of 200 with the option honoured, 115-191
+  // with the check in affine_worker removed (B waits on A's worker and runs
+  // there when A reaches a preemption point, unless a thief takes it first).
+  const int same = wakes_on_wakers_worker(o, kRounds, 1000);
   INFO("B ran on its waker's worker " << same << " of " << kRounds << " times");
-  CHECK(same < kRounds * 9 / 10);
+  CHECK(same < kRounds / 2);
   ::setenv("CORESCHED_WAKE_AFFINE", "0", 1);
   CHECK_FALSE(Runtime(topo("core:2 pu:1")).options().wake_affine);
   ::setenv("CORESCHED_WAKE_AFFINE", "1", 1);
