@@ -417,6 +417,27 @@ unsigned CoreCoordinator::steal_locked(std::uint64_t cookie, bool any, Fiber** o
   return n;
 }
 
+Fiber* CoreCoordinator::evict_locked(unsigned s, std::uint64_t cookie) {
+  Fiber* f = siblings_[s]->queue.steal(cookie, false);
+  if (f) count_queued(f->cookie, -1);
+  return f;
+}
+
+bool CoreCoordinator::move_queued_locked(unsigned from, unsigned to, WakeList& wakes) {
+  const std::uint64_t cookie = siblings_[from]->running.load(std::memory_order_relaxed);
+  if (cookie == kNoCookie || !compatible_locked(to, cookie)) return false;
+  Fiber* f = siblings_[from]->queue.steal(cookie, false);
+  if (!f) return false;
+  Sibling& target = *siblings_[to];
+  f->vtime = vtime::placed(f->vtime, target.vfloor.load(std::memory_order_relaxed));
+  target.queue.push(f);
+  if (target.sleeping) {
+    target.sleeping = false;
+    wakes.add(&target);
+  }
+  return true;
+}
+
 bool CoreCoordinator::change_running_cookie_locked(unsigned s, std::uint64_t cookie, WakeList& wakes) {
   if (!compatible_locked(s, cookie)) return false;
   siblings_[s]->running.store(cookie, std::memory_order_release);

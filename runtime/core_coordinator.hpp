@@ -164,6 +164,14 @@ public:
   /// first one's cookie is `cookie` (any if `any`); the rest share it. Returns
   /// how many were stored in `out`.
   unsigned steal_locked(std::uint64_t cookie, bool any, Fiber** out, unsigned max);
+  /// Removes the first unpinned fiber of `cookie` from sibling `s`'s queue,
+  /// for the ticker to move to another core (rescue.cpp); null if none.
+  Fiber* evict_locked(unsigned s, std::uint64_t cookie);
+  /// Moves the first unpinned fiber of the cookie sibling `from` runs from
+  /// its queue to sibling `to`'s (the only cookie `to` may run beside it), in
+  /// `to`'s vtime order; wakes `to` if it sleeps. The core's books do not
+  /// change: the fiber stays on the core. Returns whether one moved.
+  bool move_queued_locked(unsigned from, unsigned to, WakeList& wakes);
   /// Whether sibling `s` could start a fiber of `cookie` now without breaking isolation.
   bool compatible_locked(unsigned s, std::uint64_t cookie) const noexcept;
   /// The running fiber on `s` changes its cookie; false if a sibling runs another cookie.

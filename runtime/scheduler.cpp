@@ -380,6 +380,8 @@ bool Scheduler::tick() {
     if (!w.backlog_shared && w.core().queued_hint() > 0 && idle_hint()) w.backlog_shared = wake_helper(w, true);
     if (w.ticks_same >= 4 && stall_ns_ > 0 && !w.stall_reported) check_stall(w);
   }
+  // After the loop: every worker's ticks_same is this tick's.
+  if (any_busy) rescue_queued();
   return any_busy;
 }
 

@@ -103,6 +103,11 @@ private:
   void place_affine(Worker& here, Fiber* f);
   void prewake_forced(Worker& w);
   void check_stall(Worker& w);
+  /// The ticker moves fibers queued behind runners that ignore their
+  /// preempt request (rescue.cpp).
+  void rescue_queued();
+  void rescue_one(Worker& stuck);
+  Worker* rescue_target(const Worker& stuck, std::uint64_t cookie);
   void trace_wakeup(const Fiber& f, unsigned to) noexcept;
   void write_trace();
 

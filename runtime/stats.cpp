@@ -42,9 +42,11 @@ std::string Stats::to_table() const {
   for (const auto& c : cores)
     out += fmt::format("{:>10} {:>16} {:>16.3f} {:>10} {:>14.1f} {:>14.1f}\n", c.core, c.cookie_switches,
                        ms(c.forced_idle_ns), c.handovers, us(c.handover_gap_p50_ns), us(c.handover_gap_p99_ns));
-  out += fmt::format("{:>10} {:>12} {:>10} {:>10} {:>10}\n", "worker", "switches", "steals", "sleeps", "stalls");
+  out += fmt::format("{:>10} {:>12} {:>10} {:>10} {:>10} {:>10}\n", "worker", "switches", "steals", "sleeps", "stalls",
+                     "rescued");
   for (const auto& w : workers)
-    out += fmt::format("{:>10} {:>12} {:>10} {:>10} {:>10}\n", w.worker, w.switches, w.steals, w.sleeps, w.stalls);
+    out += fmt::format("{:>10} {:>12} {:>10} {:>10} {:>10} {:>10}\n", w.worker, w.switches, w.steals, w.sleeps, w.stalls,
+                       w.rescued);
   out += fmt::format("isolation violations: {}\n", isolation_violations);
   return out;
 }

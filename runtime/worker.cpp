@@ -489,6 +489,7 @@ void Worker::collect(std::unordered_map<std::uint64_t, CookieStats>& cookies, Wo
   ws.steals = steals_.load(std::memory_order_relaxed);
   ws.sleeps = sleeps_.load(std::memory_order_relaxed);
   ws.stalls = stalls.load(std::memory_order_relaxed);
+  ws.rescued = rescued.load(std::memory_order_relaxed);
 }
 
 } // namespace coresched::detail

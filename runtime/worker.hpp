@@ -163,6 +163,7 @@ public:
   /// CPU time this worker's thread has used (a syscall; callable from any thread).
   std::uint64_t thread_cpu_ns() const noexcept;
   std::atomic<std::uint64_t> stalls{0};
+  std::atomic<std::uint64_t> rescued{0}; // fibers the ticker moved off this worker (rescue.cpp)
 
   /// Trace: this worker made `f` runnable on worker `to` (no-op when not tracing).
   void trace_wakeup(const Fiber& f, unsigned to) noexcept {

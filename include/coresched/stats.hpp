@@ -59,6 +59,10 @@ struct WorkerStats {
   std::uint64_t steals = 0;   ///< Fibers taken from other workers' queues.
   std::uint64_t sleeps = 0;   ///< Times the worker blocked for lack of work.
   std::uint64_t stalls = 0;   ///< Fibers reported for running past Options::stall_threshold without a preemption point.
+  /// Fibers the slice ticker moved off this worker's queue to a worker that
+  /// was switching, because this worker's fiber had run over a slice without
+  /// reaching a preemption point while every other worker was busy.
+  std::uint64_t rescued = 0;
 };
 
 /// A snapshot of all statistics.
