@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The coresched echo server: straight-line code, a fiber per connection, all
-// I/O through coresched::io (each worker's io_uring). A connection receives
-// through an io::RecvStream (one multishot recv, no request per message);
-// --plain-recv uses one io::recv per message instead, for comparison.
+// I/O through coresched::io (each worker's io_uring): one io::recv and one
+// io::send per message. --recv-stream receives through an io::RecvStream
+// instead (one standing multishot recv), for comparison: it measured no
+// faster here (docs/performance.md, "Echo with a multishot recv").
 //
 // Like the epoll server it has one SO_REUSEPORT listener per worker, with an
 // acceptor fiber pinned there, so the kernel spreads connections over the
@@ -77,8 +78,8 @@ void serve_connection(int fd, bool plain) {
 
 int main(int argc, char** argv) {
   CLI::App app{"coresched echo server: prints PORT <n>, serves until killed"};
-  bool plain = false;
-  app.add_flag("--plain-recv", plain, "one io::recv per message instead of a RecvStream (multishot recv)");
+  bool stream = false;
+  app.add_flag("--recv-stream", stream, "receive through an io::RecvStream (one multishot recv) instead of io::recv");
   CLI11_PARSE(app, argc, argv);
   try {
     peers::raise_nofile_limit();
@@ -88,7 +89,7 @@ int main(int argc, char** argv) {
     const int port = peers::local_port(listeners[0]);
     for (unsigned i = 1; i < workers; ++i) listeners.push_back(peers::make_listener(port, true, false));
     for (unsigned i = 0; i < workers; ++i)
-      rt.spawn([&rt, fd = listeners[i], plain] { accept_loop(rt, fd, plain); },
+      rt.spawn([&rt, fd = listeners[i], plain = !stream] { accept_loop(rt, fd, plain); },
                SpawnOptions{.pin_to_pu = i, .detached = true});
     peers::announce_port(port);
     for (;;) pause(); // the driver kills us

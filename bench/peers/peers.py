@@ -32,7 +32,7 @@ PEERS = {  # name -> (display name, program in the bin dir)
 }
 ECHO_SERVERS = {  # name -> (display name, argv after the bin dir)
     "coresched": ("coresched", ["peer-echo-coresched"]),
-    "coresched_plain": ("plain recv", ["peer-echo-coresched", "--plain-recv"]),
+    "coresched_stream": ("RecvStream", ["peer-echo-coresched", "--recv-stream"]),
     "go": ("Go", ["peer-go", "echo-server"]),
     "epoll": ("epoll", ["peer-echo-epoll"]),
 }
