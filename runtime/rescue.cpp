@@ -28,8 +28,9 @@
 //    the fiber's cookie or nothing): the isolation rule would hold anyway (the
 //    core's pick enforces it wherever a fiber waits), but a fiber that must
 //    wait for a cookie change there gains nothing by the move.
-//  - Pinned fibers stay. Idle workers are not targets: while one is idle the
-//    backlog rule has it steal, which takes half the queue in one go.
+//  - Pinned fibers stay. Idle workers are not targets: where the backlog rule
+//    has woken an idle worker of another core to steal this backlog (half
+//    the queue in one go), the rescue leaves the worker alone.
 #include "scheduler.hpp"
 
 #include <array>
@@ -50,10 +51,14 @@ bool switching(const Worker& w) noexcept {
 } // namespace
 
 void Scheduler::rescue_queued() {
-  if (idle_hint()) return; // the backlog rule has an idle worker steal instead
   for (auto& wp : workers_) {
     Worker& w = *wp;
-    if (w.busy.load(std::memory_order_relaxed) && w.ticks_same >= kRescueAfterTicks && w.core().queued_hint() > 0)
+    // backlog_shared: the backlog rule woke an idle worker of another core to
+    // steal this run's backlog (or one spins), which takes half of it at once.
+    // Not a global "someone is idle": a sibling forced idle beside a runner of
+    // another cookie is idle too, and cannot take what waits here.
+    if (w.busy.load(std::memory_order_relaxed) && w.ticks_same >= kRescueAfterTicks && !w.backlog_shared &&
+        w.core().queued_hint() > 0)
       rescue_one(w);
   }
 }

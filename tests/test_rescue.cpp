@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <vector>
 
 using namespace coresched;
 using namespace std::chrono_literals;
@@ -88,4 +89,57 @@ TEST_CASE("a pinned fiber queued behind a runner without preemption points stays
   INFO("C waited " << r.waited_ms << " ms and ran on worker " << r.ran_on);
   CHECK(r.ran_on == 0);
   CHECK(r.waited_ms >= 100.0);
+}
+
+// The case a global "is anyone idle" check got wrong. On core 0, A's runner
+// spins without a preemption point on PU 0, and PU 1 is idle; core 1 runs B
+// fibers with preemption points on both PUs. C, of cookie B, is woken by the
+// runner: no idle PU can run B (core 0 runs A), so it waits on the waker's
+// worker, behind the runner. PU 1 counts as idle but cannot take it (not while
+// A runs beside it), and no worker of another core is idle to steal it.
+// Gated on Scheduler::idle_hint(), the rescue stood aside and C waited the
+// whole 300 ms (seen: 300 ms of 300, three runs).
+TEST_CASE("a fiber queued behind a stuck runner beside an idle sibling that cannot run it moves to another core",
+          "[rescue]") {
+  constexpr auto kRun = 300ms;
+  Options o = topo("core:2 pu:2");
+  o.stall_threshold = 0ms;
+  Runtime rt(o);
+  const Cookie a = Cookie::create(), b = Cookie::create();
+  std::atomic<bool> stop{false};
+  std::atomic<int> busy_started{0};
+  std::atomic<bool> c_waits{false};
+  Semaphore go;
+  Clock::time_point woken;
+  std::atomic<Clock::rep> started{0};
+  std::atomic<unsigned> ran_on{~0u};
+  std::vector<JoinHandle<void>> busy;
+  for (unsigned pu : {2u, 3u})
+    busy.push_back(rt.spawn([&] {
+      busy_started.fetch_add(1);
+      busy_until(stop);
+    }, SpawnOptions{.cookie = b, .pin_to_pu = pu}));
+  auto c = rt.spawn([&] {
+    c_waits.store(true);
+    go.acquire();
+    started.store(Clock::now().time_since_epoch().count());
+    ran_on.store(this_fiber::location().worker);
+  }, SpawnOptions{.cookie = b});
+  rt.spawn([&] {
+    while (busy_started.load() < 2 || !c_waits.load()) this_fiber::yield();
+    this_fiber::sleep_for(2ms); // C has parked by now
+    woken = Clock::now();
+    go.release();
+    const auto until = Clock::now() + kRun;
+    while (Clock::now() < until) {
+    } // no preemption point
+    stop.store(true);
+  }, SpawnOptions{.cookie = a, .pin_to_pu = 0}).join();
+  c.join();
+  for (auto& h : busy) h.join();
+  const Clock::time_point t{Clock::duration{started.load()}};
+  const double waited_ms = std::chrono::duration<double, std::milli>(t - woken).count();
+  INFO("C waited " << waited_ms << " ms and ran on worker " << ran_on.load());
+  CHECK(ran_on.load() >= 2);
+  CHECK(waited_ms < 100.0);
 }

@@ -61,7 +61,8 @@ struct WorkerStats {
   std::uint64_t stalls = 0;   ///< Fibers reported for running past Options::stall_threshold without a preemption point.
   /// Fibers the slice ticker moved off this worker's queue to a worker that
   /// was switching, because this worker's fiber had run over a slice without
-  /// reaching a preemption point while every other worker was busy.
+  /// reaching a preemption point and no idle worker of another core could
+  /// steal them.
   std::uint64_t rescued = 0;
 };
 
