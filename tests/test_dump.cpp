@@ -7,6 +7,10 @@
 
 #include <catch2/catch.hpp>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -53,7 +57,36 @@ template <class F> std::string dump_when(const Runtime& rt, F ready) {
   asm volatile("" ::: "memory"); // not a tail call: this frame stays on the stack
 }
 
+// Waits with the link to its caller's frame (saved rbp, return address)
+// marked unreadable to ASan while it is parked, as a walk through code without
+// frame pointers can land on any word of a stack, redzones included. The dump
+// must read it anyway, unchecked, and not abort the program.
+[[gnu::noinline]] void wait_with_a_poisoned_frame_link(Event& e) {
+#if defined(__SANITIZE_ADDRESS__)
+  auto* link = static_cast<char*>(__builtin_frame_address(0));
+  ASAN_POISON_MEMORY_REGION(link, 16);
+#endif
+  e.wait();
+#if defined(__SANITIZE_ADDRESS__)
+  ASAN_UNPOISON_MEMORY_REGION(link, 16);
+#endif
+  asm volatile("" ::: "memory");
+}
+
 } // namespace
+
+TEST_CASE("the fiber dump walks a frame that ASan marks as a redzone without aborting", "[dump]") {
+  Runtime rt(topo("core:1 pu:2"));
+  Event release;
+  auto waiter = rt.spawn([&] { wait_with_a_poisoned_frame_link(release); });
+  const std::string d = dump_when(rt, [&](const std::string& s) {
+    return has(s, "fiber " + std::to_string(waiter.id()) + " cookie 0 parked");
+  });
+  INFO(d);
+  CHECK(has(d, "wait_with_a_poisoned_frame_link"));
+  release.set();
+  waiter.join();
+}
 
 TEST_CASE("the fiber dump names what each parked fiber waits for, with its frames", "[dump]") {
   Runtime rt(topo("core:1 pu:2"));
