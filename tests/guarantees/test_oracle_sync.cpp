@@ -1,16 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
 // Oracle scenarios, part 2: every sync primitive handing work between fibers
-// of different cookies, fiber I/O on a pipe, and shutdown while fibers wait.
+// of different cookies, fiber I/O on a pipe and through a RecvStream, and
+// shutdown while fibers wait.
 // Each wait is a switch point wrapped by Scope::around(); the code between
 // waits burns inside its stamped interval so that a fiber woken under the
 // wrong cookie overlaps a sibling's interval long enough to be seen.
 #include "harness.hpp"
 
+#include <coresched/recv_stream.hpp>
+
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <deque>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 using namespace coresched;
@@ -291,6 +296,70 @@ TEST_CASE("io read/write/poll on a pipe and io::sleep_until between cookies", "[
   h.stop_rivals();
   CHECK(wrong == 0);
   CHECK(timed_out == 1);
+  CHECK_ISOLATED(h);
+}
+
+TEST_CASE("RecvStream completions reach their reader under its cookie, on whichever worker it runs",
+          "[oracle][io][recv_stream]") {
+  // The stream's completions are reaped by the worker that owns its request,
+  // whatever that worker runs then, and handed to the reader: the reader must
+  // still run only under its own cookie. Two streams, two reader cookies, the
+  // writers a third; readers yield now and then, so they move between
+  // workers and re-arm their requests there.
+  const std::string spec = GUARANTEE_TOPOLOGIES;
+  INFO(spec);
+  Harness h(spec);
+  const Cookie w = Cookie::create();
+  const Cookie readers[2] = {Cookie::create(), Cookie::create()};
+  h.start_rivals({Cookie::create()}, 1);
+  int sp[2][2];
+  for (auto& pair : sp) REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
+  const int n = scaled(300);
+  std::atomic<int> wrong{0};
+  std::vector<JoinHandle<void>> fibers;
+  for (int k = 0; k < 2; ++k) {
+    fibers.push_back(h.rt.spawn([&, k] {
+      Scope s(h.oracle, w, "stream writer");
+      for (int i = 0; i < n; ++i) {
+        const auto v = static_cast<std::uint32_t>(i);
+        const auto r = s.around([&] { return io::send(sp[k][1], std::as_bytes(std::span(&v, 1))); });
+        if (!r || r.value != sizeof v) wrong.fetch_add(1);
+        s.burn(5us);
+      }
+      ::shutdown(sp[k][1], SHUT_WR);
+    }, SpawnOptions{.cookie = w}));
+    fibers.push_back(h.rt.spawn([&, k] {
+      Scope s(h.oracle, readers[k], "stream reader");
+      io::RecvStream in(sp[k][0], 8, 2); // small buffers: many completions, some ENOBUFS re-arms
+      std::vector<std::byte> got;
+      std::span<const std::byte> d;
+      for (unsigned i = 0;; ++i) {
+        const auto r = s.around([&] { return in.next(d); });
+        if (!r) {
+          wrong.fetch_add(1);
+          break;
+        }
+        if (r.value == 0) break;
+        got.insert(got.end(), d.begin(), d.end());
+        s.burn(3us);
+        if (i % 7 == 0) s.yield();
+      }
+      if (got.size() != static_cast<std::size_t>(n) * sizeof(std::uint32_t)) wrong.fetch_add(1);
+      for (int i = 0; i < n && got.size() >= (i + 1) * sizeof(std::uint32_t); ++i) {
+        std::uint32_t v;
+        std::memcpy(&v, got.data() + i * sizeof v, sizeof v);
+        if (v != static_cast<std::uint32_t>(i)) {
+          wrong.fetch_add(1);
+          break;
+        }
+      }
+    }, SpawnOptions{.cookie = readers[k]}));
+  }
+  for (auto& f : fibers) f.join();
+  h.stop_rivals();
+  for (auto& pair : sp)
+    for (int fd : pair) ::close(fd);
+  CHECK(wrong == 0);
   CHECK_ISOLATED(h);
 }
 
