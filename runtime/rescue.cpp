@@ -28,6 +28,9 @@
 //    the fiber's cookie or nothing): the isolation rule would hold anyway (the
 //    core's pick enforces it wherever a fiber waits), but a fiber that must
 //    wait for a cookie change there gains nothing by the move.
+//  - What waits on the runner's own queue first, then other cookies' fibers
+//    queued on a sibling that is forced idle beside it: they wait for the
+//    runner too, for the core's change of cookie at its next switch.
 //  - Pinned fibers stay. Idle workers are not targets: where the backlog rule
 //    has woken an idle worker of another core to steal this backlog (half
 //    the queue in one go), the rescue leaves the worker alone.
@@ -105,15 +108,25 @@ void Scheduler::rescue_one(Worker& stuck) {
   // Another core. The cookie is chosen before the fiber leaves: taking the
   // last queued fiber of a cookie off the core's books and putting it back
   // would place the cookie afresh, losing what it is owed here.
-  std::array<std::uint64_t, 8> cookies;
-  std::size_t n = 0;
-  home.sibling(from).queue.for_each_cookie([&](std::uint64_t c, std::size_t) {
-    if (n < cookies.size()) cookies[n++] = c;
-  });
-  for (std::size_t i = 0; i < n && !f; ++i) {
-    to = rescue_target(stuck, cookies[i]);
-    if (to) f = home.evict_locked(from, cookies[i]); // null if all its fibers are pinned
-  }
+  const std::uint64_t runner_cookie = home.sibling(from).running.load(std::memory_order_relaxed);
+  auto take_from = [&](unsigned s, bool other_cookies_only) {
+    std::array<std::uint64_t, 8> cookies;
+    std::size_t n = 0;
+    home.sibling(s).queue.for_each_cookie([&](std::uint64_t c, std::size_t) {
+      if (n < cookies.size() && !(other_cookies_only && c == runner_cookie)) cookies[n++] = c;
+    });
+    for (std::size_t i = 0; i < n && !f; ++i) {
+      to = rescue_target(stuck, cookies[i]);
+      if (to) f = home.evict_locked(s, cookies[i]); // null if all its fibers are pinned
+    }
+  };
+  take_from(from, false);
+  // Then a sibling that is not running (forced idle beside the runner): the
+  // other cookies queued there wait for the core to change cookie, which only
+  // the runner's next switch can bring. The runner's own cookie is not taken
+  // there: that sibling may run it now, and is about to.
+  for (unsigned s = 0; s < home.size() && !f; ++s)
+    if (s != from && !workers_[home.sibling(s).worker]->busy.load(std::memory_order_relaxed)) take_from(s, true);
   home.lock().unlock();
   if (!f) return;
   enqueue_on(to->index(), f, Arrival::moved);

@@ -11,6 +11,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
+#include <thread>
 #include <vector>
 
 using namespace coresched;
@@ -20,6 +22,13 @@ using test_support::topo;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// A runner's stall is the point of these tests: not reported.
+Options without_stall_reports(const char* topology) {
+  Options o = topo(topology);
+  o.stall_threshold = 0ms;
+  return o;
+}
 
 struct Outcome {
   double waited_ms = 0;     // from C's wake-up to C's start
@@ -32,9 +41,7 @@ struct Outcome {
 // queued on worker 0 behind A (woken by a running fiber of its cookie, it is
 // placed on its waker's worker to run next: wake-affine placement).
 Outcome queued_behind_stuck_runner(const char* topology, std::chrono::milliseconds run, bool pin_c) {
-  Options o = topo(topology);
-  o.stall_threshold = 0ms; // A's stall is the point of the test
-  Runtime rt(o);
+  Runtime rt(without_stall_reports(topology));
   std::atomic<bool> stop{false};
   std::atomic<bool> b_started{false}, c_waits{false};
   Semaphore go;
@@ -67,6 +74,31 @@ Outcome queued_behind_stuck_runner(const char* topology, std::chrono::millisecon
   b.join();
   const Clock::time_point t{Clock::duration{started.load()}};
   return {std::chrono::duration<double, std::milli>(t - woken).count(), ran_on.load()};
+}
+
+// Core 1 of `core:2 pu:2` busy with fibers of `cookie` that reach
+// preemption points all along, until stop(): the rescue's target.
+struct BusyCore1 {
+  BusyCore1(Runtime& rt, Cookie cookie) {
+    for (unsigned pu : {2u, 3u})
+      fibers.push_back(rt.spawn([this] {
+        started.fetch_add(1);
+        busy_until(stopping);
+      }, SpawnOptions{.cookie = cookie, .pin_to_pu = pu}));
+  }
+  bool running() const { return started.load() == 2; }
+  void stop() { stopping.store(true); }
+  void join() {
+    for (auto& h : fibers) h.join();
+  }
+  std::atomic<bool> stopping{false};
+  std::atomic<int> started{0};
+  std::vector<JoinHandle<void>> fibers;
+};
+
+double ms_since(Clock::time_point from, const std::atomic<Clock::rep>& to) {
+  const Clock::time_point t{Clock::duration{to.load()}};
+  return std::chrono::duration<double, std::milli>(t - from).count();
 }
 
 } // namespace
@@ -102,23 +134,14 @@ TEST_CASE("a pinned fiber queued behind a runner without preemption points stays
 TEST_CASE("a fiber queued behind a stuck runner beside an idle sibling that cannot run it moves to another core",
           "[rescue]") {
   constexpr auto kRun = 300ms;
-  Options o = topo("core:2 pu:2");
-  o.stall_threshold = 0ms;
-  Runtime rt(o);
+  Runtime rt(without_stall_reports("core:2 pu:2"));
   const Cookie a = Cookie::create(), b = Cookie::create();
-  std::atomic<bool> stop{false};
-  std::atomic<int> busy_started{0};
   std::atomic<bool> c_waits{false};
   Semaphore go;
   Clock::time_point woken;
   std::atomic<Clock::rep> started{0};
   std::atomic<unsigned> ran_on{~0u};
-  std::vector<JoinHandle<void>> busy;
-  for (unsigned pu : {2u, 3u})
-    busy.push_back(rt.spawn([&] {
-      busy_started.fetch_add(1);
-      busy_until(stop);
-    }, SpawnOptions{.cookie = b, .pin_to_pu = pu}));
+  BusyCore1 busy(rt, b);
   auto c = rt.spawn([&] {
     c_waits.store(true);
     go.acquire();
@@ -126,19 +149,76 @@ TEST_CASE("a fiber queued behind a stuck runner beside an idle sibling that cann
     ran_on.store(this_fiber::location().worker);
   }, SpawnOptions{.cookie = b});
   rt.spawn([&] {
-    while (busy_started.load() < 2 || !c_waits.load()) this_fiber::yield();
+    while (!busy.running() || !c_waits.load()) this_fiber::yield();
     this_fiber::sleep_for(2ms); // C has parked by now
     woken = Clock::now();
     go.release();
     const auto until = Clock::now() + kRun;
     while (Clock::now() < until) {
     } // no preemption point
-    stop.store(true);
+    busy.stop();
   }, SpawnOptions{.cookie = a, .pin_to_pu = 0}).join();
   c.join();
-  for (auto& h : busy) h.join();
-  const Clock::time_point t{Clock::duration{started.load()}};
-  const double waited_ms = std::chrono::duration<double, std::milli>(t - woken).count();
+  busy.join();
+  const double waited_ms = ms_since(woken, started);
+  INFO("C waited " << waited_ms << " ms and ran on worker " << ran_on.load());
+  CHECK(ran_on.load() >= 2);
+  CHECK(waited_ms < 100.0);
+}
+
+// A fiber of cookie B queued on the sibling beside the stuck runner: on core
+// 0, A's runner spins without a preemption point on PU 0 and PU 1 is forced
+// idle (it may run only A while the runner holds the core); core 1 runs B
+// fibers with preemption points on both PUs. C, of cookie B, last ran on PU 1
+// and is woken from a plain thread, so it is queued there, waiting for core
+// 0's change of cookie at the runner's next switch. The rescue takes it off
+// the forced-idle sibling's queue to core 1. Before it looked only at the
+// runner's own queue, C waited the whole 300 ms.
+TEST_CASE("a fiber of another cookie queued on a forced-idle sibling of a stuck runner moves to another core",
+          "[rescue]") {
+  constexpr auto kRun = 300ms;
+  Runtime rt(without_stall_reports("core:2 pu:2"));
+  const Cookie a = Cookie::create(), b = Cookie::create();
+  BusyCore1 busy(rt, b);
+  // C parks on PU 1; where it parked is up to the runtime (PU 0 may take it
+  // first), so the set-up is tried until it parks there.
+  Semaphore go;
+  std::atomic<unsigned> parked_on{~0u}, ran_on{~0u};
+  std::atomic<Clock::rep> started{0};
+  std::optional<JoinHandle<void>> c;
+  for (int attempt = 0; attempt < 50 && parked_on.load() != 1; ++attempt) {
+    if (c) {
+      go.release();
+      c->join();
+    }
+    parked_on = ~0u;
+    rt.spawn([&] {
+      c = spawn([&] {
+        parked_on.store(this_fiber::location().worker);
+        go.acquire();
+        started.store(Clock::now().time_since_epoch().count());
+        ran_on.store(this_fiber::location().worker);
+      }, SpawnOptions{.cookie = b}); // queued on PU 1, run there once this fiber ends
+    }, SpawnOptions{.cookie = b, .pin_to_pu = 1}).join();
+    for (int i = 0; i < 1000 && parked_on.load() == ~0u; ++i) std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(parked_on.load() == 1);
+  std::atomic<bool> spinning{false};
+  auto runner = rt.spawn([&] {
+    spinning.store(true);
+    const auto until = Clock::now() + kRun;
+    while (Clock::now() < until) {
+    } // no preemption point
+    busy.stop();
+  }, SpawnOptions{.cookie = a, .pin_to_pu = 0});
+  while (!spinning.load() || !busy.running()) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(2ms);
+  const Clock::time_point woken = Clock::now();
+  go.release(); // from this thread: no wake-affine placement, C goes back to PU 1
+  runner.join();
+  c->join();
+  busy.join();
+  const double waited_ms = ms_since(woken, started);
   INFO("C waited " << waited_ms << " ms and ran on worker " << ran_on.load());
   CHECK(ran_on.load() >= 2);
   CHECK(waited_ms < 100.0);
