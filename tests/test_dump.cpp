@@ -61,7 +61,7 @@ template <class F> std::string dump_when(const Runtime& rt, F ready) {
 // marked unreadable to ASan while it is parked, as a walk through code without
 // frame pointers can land on any word of a stack, redzones included. The dump
 // must read it anyway, unchecked, and not abort the program.
-[[gnu::noinline]] void wait_with_a_poisoned_frame_link(Event& e) {
+[[gnu::noinline, gnu::no_icf]] void wait_with_a_poisoned_frame_link(Event& e) {
 #if defined(__SANITIZE_ADDRESS__)
   auto* link = static_cast<char*>(__builtin_frame_address(0));
   ASAN_POISON_MEMORY_REGION(link, 16);
