@@ -97,6 +97,11 @@ int resolve_dump_signal(int option) {
   }
   if (sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP)
     throw UsageError("coresched: " + from + " is not a signal that can be caught (use e.g. SIGUSR2)");
+  // A fault's handler must stay the fault's: taken for dumps, SIGSEGV lost
+  // the stack overflow report (the program died of a plain SIGSEGV), and a
+  // real fault would return into the faulting instruction.
+  if (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE)
+    throw UsageError("coresched: " + from + " is a fault signal; use a signal sent on purpose (e.g. SIGUSR2)");
   return sig;
 }
 

@@ -16,6 +16,7 @@
 #include <cxxabi.h>
 #include <elfutils/libdwfl.h>
 #include <fmt/format.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,6 +46,59 @@ std::string duration(std::uint64_t ns) {
   if (ns >= 10'000'000'000ULL) return fmt::format("{:.1f} s", static_cast<double>(ns) / 1e9);
   if (ns >= 1'000'000ULL) return fmt::format("{:.1f} ms", static_cast<double>(ns) / 1e6);
   return fmt::format("{:.0f} us", static_cast<double>(ns) / 1e3);
+}
+
+// Fiber records are reached through pointers other threads publish (a
+// worker's running fiber, a stack's owner, an inline child), and the fiber
+// may retire meanwhile: its record goes back to a cache, or to malloc, which
+// may give the memory back to the system. So a record is never loaded from
+// directly. It is copied with process_vm_readv on this very process, a system
+// call that answers EFAULT for memory no longer mapped instead of faulting,
+// and that no sanitizer checks (ASan aborted on such a read of a recycled
+// record: helper-3's probe, 11 of 11 runs). Where the call is refused (a
+// seccomp filter), plain unchecked loads, as before.
+__attribute__((no_sanitize_thread, no_sanitize_address)) bool peek_bytes(void* to, const void* from,
+                                                                        std::size_t n) noexcept {
+  iovec local{to, n}, remote{const_cast<void*>(from), n};
+  // getpid() each time, not kept: after a fork the child must read itself.
+  const ssize_t got = ::process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+  if (got == static_cast<ssize_t>(n)) return true;
+  if (got < 0 && (errno == EPERM || errno == ENOSYS)) {
+    auto* d = static_cast<volatile unsigned char*>(to);
+    const auto* p = static_cast<const volatile unsigned char*>(from);
+    for (std::size_t i = 0; i < n; ++i) d[i] = p[i];
+    return true;
+  }
+  return false;
+}
+
+template <class T> bool peek(T& to, const void* from) noexcept { return peek_bytes(&to, from, sizeof(T)); }
+
+// What the dump shows of a fiber, copied out of its record field by field
+// (each a moment's value; the fiber may be elsewhere by the next).
+struct FiberFacts {
+  bool ok = false; // false: the record could not be read
+  std::uint64_t id = 0, cookie = 0;
+  FiberState state = FiberState::runnable;
+  unsigned last_worker = 0;
+  int pinned = kNotPinned;
+  const void* context = nullptr;
+  const char* stack_base = nullptr;
+  bool context_saved = false;
+  bool is_task = false; // false: a worker's idle context
+  const Fiber* inline_child = nullptr;
+};
+
+FiberFacts read_fiber(const Fiber* f) noexcept {
+  static_assert(sizeof(std::atomic<FiberState>) == sizeof(FiberState) && sizeof(std::atomic<bool>) == sizeof(bool));
+  FiberFacts r;
+  void* base = nullptr;
+  r.ok = f && peek(r.id, &f->id) && peek(r.cookie, &f->cookie) && peek(r.state, &f->state) &&
+         peek(r.last_worker, &f->last_worker) && peek(r.pinned, &f->pinned) && peek(r.context, &f->context) &&
+         peek(base, &f->stack.base) && peek(r.context_saved, &f->context_saved) &&
+         peek(r.is_task, &f->is_task) && peek(r.inline_child, &f->inline_child);
+  r.stack_base = static_cast<const char*>(base);
+  return r;
 }
 
 __attribute__((no_sanitize_thread)) std::string describe_wait(const WaitInfo& w, std::uint64_t now) {
@@ -114,14 +168,24 @@ private:
   Dwfl* dwfl_ = nullptr;
 };
 
-// One word of another fiber's stack. A lambda would be a function of its own,
-// outside print_frames' attributes: ASan then checked the read and aborted on a
-// word its shadow marks as a redzone of a live frame (a walk through code
-// without frame pointers lands anywhere in the stack). A racy, unchecked read
-// is what a dump of running fibers is.
-__attribute__((no_sanitize_thread, no_sanitize_address)) std::uintptr_t word(const char* at) {
-  // Not memcpy: ASan intercepts that call and would check the read after all.
-  return *reinterpret_cast<const volatile std::uintptr_t*>(at);
+// One word of another fiber's stack, by peek like the records: the bounds
+// come from the fiber's record (its stack base) and from registers its code
+// left, and a record recycled meanwhile gives a stale base (a null one
+// crashed the first version of this peek-less walk). 0 if unreadable, which
+// ends the walk.
+std::uintptr_t word(const char* at) noexcept {
+  std::uintptr_t w = 0;
+  return peek(w, at) ? w : 0;
+}
+
+// Whether [p, p + n) lies in [lo, hi), p 8-aligned. In integers: p may be
+// any value a register held (rbp in code without frame pointers), and
+// p + n on a pointer near the top of the address space wrapped to a small
+// one that passed "p + 16 > hi" (a SIGSEGV on rbp = -8, helper-3).
+bool within(const char* p, std::size_t n, const char* lo, const char* hi) noexcept {
+  const auto a = reinterpret_cast<std::uintptr_t>(p), l = reinterpret_cast<std::uintptr_t>(lo),
+             h = reinterpret_cast<std::uintptr_t>(hi);
+  return a != 0 && a % 8 == 0 && a >= l && h >= n && a <= h - n;
 }
 
 // The frames of a switched-out fiber, by frame pointer, never leaving [lo, hi)
@@ -135,7 +199,7 @@ __attribute__((no_sanitize_thread, no_sanitize_address)) void print_frames(std::
                   const char* hi) {
   const auto* start = static_cast<const char*>(frame ? frame : context);
   const std::size_t need = frame ? 16 : 0x40;
-  if (!start || start < lo || start + need > hi || reinterpret_cast<std::uintptr_t>(start) % 8) {
+  if (!within(start, need, lo, hi)) {
     std::fputs("      (no saved frame on its stack)\n", out);
     return;
   }
@@ -145,7 +209,7 @@ __attribute__((no_sanitize_thread, no_sanitize_address)) void print_frames(std::
   for (int depth = 0; depth < 32 && ip; ++depth) {
     std::fprintf(out, "      #%-2d %#014lx %s\n", depth, static_cast<unsigned long>(ip), sym.name(ip).c_str());
     // Callers' frames lie above (the stack grows down): stop at anything else.
-    if (fp < floor || fp + 16 > hi || reinterpret_cast<std::uintptr_t>(fp) % 8) return;
+    if (!within(fp, 16, floor, hi)) return;
     ip = word(fp + 8);
     floor = fp + 16;
     fp = reinterpret_cast<const char*>(word(fp));
@@ -192,10 +256,10 @@ __attribute__((no_sanitize_thread)) void Scheduler::dump(std::FILE* out) {
       const Worker::View& v = views[wi];
       const auto& pu = snap.pus[s];
       std::string what;
-      if (v.running) {
-        const std::uint64_t id = v.running->id, cookie = v.running->cookie; // plain loads here (see below)
-        what = fmt::format("runs fiber {} (cookie {})", id, cookie_name(cookie));
-      } else if (v.forced)
+      const FiberFacts r = read_fiber(v.running);
+      if (r.ok && r.is_task) what = fmt::format("runs fiber {} (cookie {})", r.id, cookie_name(r.cookie));
+      else if (!r.ok && v.running) what = "runs a fiber that has just ended";
+      else if (v.forced)
         what = fmt::format("forced idle for {}, wants cookie {}, core held by cookie {}",
                            duration(now - std::min(now, v.forced_since_ns)), cookie_name(v.forced_wanted),
                            cookie_name(v.forced_blocker));
@@ -226,33 +290,32 @@ __attribute__((no_sanitize_thread)) void Scheduler::dump(std::FILE* out) {
         if (!owner) return; // pooled
         // The innermost fiber on the stack is the one that runs or waits;
         // the joiners below it wait for it inline.
-        std::vector<const Fiber*> chain{owner};
-        // (Copied here first: push_back would read the field through a
-        // reference, in code TSan does instrument.)
-        for (const Fiber* next; chain.size() < 256 && (next = chain.back()->inline_child);) chain.push_back(next);
-        const Fiber* f = chain.back();
+        std::vector<FiberFacts> chain{read_fiber(owner)};
+        while (chain.size() < 256 && chain.back().ok && chain.back().inline_child)
+          chain.push_back(read_fiber(chain.back().inline_child));
+        const FiberFacts& f = chain.back();
         started += chain.size();
-        const FiberState st = f->state.load(std::memory_order_acquire);
-        const std::uint64_t id = f->id, cookie = f->cookie;
-        const unsigned last_worker = f->last_worker;
-        const int pinned = f->pinned;
+        if (!f.ok) {
+          std::fputs("fiber (ended while this dump read it)\n", out);
+          return;
+        }
+        const FiberState st = f.state;
         const bool parked = st == FiberState::parked || st == FiberState::parking;
         const std::uint64_t since = wait.since_ns > now ? now : wait.since_ns;
-        std::string line = fmt::format("fiber {} cookie {} {}", id, cookie_name(cookie), state_name(st));
-        if (st == FiberState::running) line += fmt::format(" on worker {}", last_worker);
-        else line += fmt::format(", last on worker {}", last_worker);
-        if (pinned != kNotPinned) line += fmt::format(", pinned to PU {}", pinned);
+        std::string line = fmt::format("fiber {} cookie {} {}", f.id, cookie_name(f.cookie), state_name(st));
+        if (st == FiberState::running) line += fmt::format(" on worker {}", f.last_worker);
+        else line += fmt::format(", last on worker {}", f.last_worker);
+        if (f.pinned != kNotPinned) line += fmt::format(", pinned to PU {}", f.pinned);
         if (parked) line += fmt::format(", waiting {} for {}", duration(now - since), describe_wait(wait, now));
         std::fprintf(out, "%s\n", line.c_str());
-        for (auto p = chain.rbegin() + 1; p != chain.rend(); ++p) {
-          const std::uint64_t pid = (*p)->id, pcookie = (*p)->cookie;
+        for (auto p = chain.rbegin() + 1; p != chain.rend(); ++p)
           std::fprintf(out, "    below it on the same stack: fiber %llu cookie %s, joining it inline\n",
-                       static_cast<unsigned long long>(pid), cookie_name(pcookie).c_str());
-        }
-        const void* context = f->context;
-        const char* base = static_cast<const char*>(f->stack.base);
-        if (st != FiberState::running && f->context_saved.load(std::memory_order_acquire))
-          print_frames(out, sym, context, parked ? wait.frame : nullptr, base, reinterpret_cast<const char*>(&h));
+                       static_cast<unsigned long long>(p->id), cookie_name(p->cookie).c_str());
+        // The stack is mapped while the list is locked, so its words can be
+        // read directly (print_frames); the record's fields came by peek.
+        if (st != FiberState::running && f.context_saved)
+          print_frames(out, sym, f.context, parked ? wait.frame : nullptr, f.stack_base,
+                       reinterpret_cast<const char*>(&h));
       },
       100);
   if (!listed) std::fputs("[the list of stacks stayed locked for 100 ms: started fibers not listed]\n", out);

@@ -469,9 +469,7 @@ void Worker::close_segment(std::uint64_t now) {
 
 // No lock and deliberately racy: see View. (TSan is told not to look.)
 __attribute__((no_sanitize_thread)) Worker::View Worker::view() const noexcept {
-  const Fiber* f = current_;
-  return {f && f->is_task ? f : nullptr, idle_,           forced_,         forced_since_,
-          forced_wanted_,               forced_blocker_, !local_.empty()};
+  return {current_, idle_, forced_, forced_since_, forced_wanted_, forced_blocker_, !local_.empty()};
 }
 
 void Worker::collect(std::unordered_map<std::uint64_t, CookieStats>& cookies, WorkerStats& ws) {

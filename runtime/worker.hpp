@@ -184,7 +184,8 @@ public:
   /// thread without any lock (a stuck worker must not block the dump), so
   /// each may be a moment stale.
   struct View {
-    const Fiber* running; // a task fiber, or null in the idle loop
+    const Fiber* running; // its current fiber (the idle context in the idle loop): not read here,
+                          // the record may be recycled by the time the dump reads it
     bool idle, forced;
     std::uint64_t forced_since_ns, forced_wanted, forced_blocker;
     bool local_queue; // fibers on its private queue (single-PU cores)

@@ -73,7 +73,93 @@ template <class F> std::string dump_when(const Runtime& rt, F ready) {
   asm volatile("" ::: "memory");
 }
 
+// Calls fn() with rbp holding `value`, as code built without frame pointers
+// may use rbp as a general register while it calls into the runtime.
+extern "C" void dump_test_call_with_rbp(void (*fn)(), long value);
+asm(".text\n"
+    ".globl dump_test_call_with_rbp\n"
+    ".type dump_test_call_with_rbp, @function\n"
+    "dump_test_call_with_rbp:\n"
+    "  pushq %rbp\n"
+    "  movq %rsi, %rbp\n"
+    "  callq *%rdi\n"
+    "  popq %rbp\n"
+    "  retq\n"
+    ".size dump_test_call_with_rbp, .-dump_test_call_with_rbp\n");
+
+Event* rbp_test_event = nullptr;
+[[gnu::noinline]] void wait_for_rbp_test_event() { rbp_test_event->wait(); }
+
 } // namespace
+
+// A frame pointer of -8 or -16 made "fp + 16 > hi" wrap and pass, and the
+// walk read address 0 or -8: a SIGSEGV in the dump (helper-3: 3 of 3, and 7
+// of 80 seeds of a program with exceptions and a dumping thread).
+TEST_CASE("the fiber dump ends its walk at a frame pointer near the top of the address space", "[dump]") {
+  Runtime rt(topo("core:1 pu:2"));
+  for (const long rbp : {-8L, -16L, 0x1000L}) {
+    Event release;
+    rbp_test_event = &release;
+    auto waiter = rt.spawn([rbp] { dump_test_call_with_rbp(&wait_for_rbp_test_event, rbp); });
+    const std::string d = dump_when(rt, [&](const std::string& s) {
+      return has(s, "fiber " + std::to_string(waiter.id()) + " cookie 0 parked");
+    });
+    INFO("rbp " << rbp << "\n" << d);
+    CHECK(has(d, "started fibers listed"));
+    release.set();
+    waiter.join();
+  }
+}
+
+// Fiber records are recycled (and may go back to malloc) while a dump reads
+// them: under ASan those reads aborted the program (helper-3: 11 of 11 runs).
+TEST_CASE("fiber dumps taken while fibers come and go read no record unchecked", "[dump]") {
+  Runtime rt(topo("core:2 pu:2"));
+  std::atomic<bool> stop{false};
+  std::vector<JoinHandle<void>> churn;
+  for (int k = 0; k < 4; ++k)
+    churn.push_back(rt.spawn([&] {
+      while (!stop.load()) {
+        auto a = spawn([] { this_fiber::yield(); });
+        auto b = spawn([] {});
+        b.join(); // (often inline)
+        a.join();
+      }
+    }, SpawnOptions{.cookie = Cookie::from_value(static_cast<std::uint64_t>(1 + k % 2))}));
+  std::FILE* null = std::fopen("/dev/null", "w");
+  REQUIRE(null);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  int dumps = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    rt.dump(null);
+    ++dumps;
+  }
+  std::fclose(null);
+  stop = true;
+  for (auto& h : churn) h.join();
+  INFO(dumps << " dumps");
+  CHECK(dumps > 0);
+}
+
+// libdw's line tables took more than a fiber's default 64 KiB of stack: a
+// dump from a fiber overflowed it in 8 of 10 runs (helper-3).
+TEST_CASE("a fiber dump taken from a fiber with the default stack", "[dump]") {
+  Runtime rt(topo("core:1 pu:2"));
+  Event release;
+  auto waiter = rt.spawn([&] { wait_in_a_named_function(release); });
+  const std::string d = rt.spawn([&] {
+                            std::string text;
+                            for (int i = 0; i < 2000 && !has(text, "wait_in_a_named_function"); ++i) {
+                              text = dump_of(*Runtime::current());
+                              this_fiber::sleep_for(std::chrono::milliseconds(1));
+                            }
+                            return text;
+                          }).join();
+  INFO(d);
+  CHECK(has(d, "wait_in_a_named_function"));
+  release.set();
+  waiter.join();
+}
 
 TEST_CASE("the fiber dump walks a frame that ASan marks as a redzone without aborting", "[dump]") {
   Runtime rt(topo("core:1 pu:2"));
@@ -248,6 +334,12 @@ TEST_CASE("a dump signal that cannot be caught is refused with a message", "[dum
   Options o = topo("core:1 pu:1");
   o.dump_signal = SIGKILL;
   CHECK_THROWS_AS(Runtime(o), UsageError);
+  // A fault signal's handler must stay the fault's (SIGSEGV reports a
+  // fiber's stack overflow).
+  for (const int fault : {SIGSEGV, SIGBUS, SIGILL, SIGFPE}) {
+    o.dump_signal = fault;
+    CHECK_THROWS_WITH(Runtime(o), Catch::Contains("fault signal"));
+  }
   o.dump_signal = 0;
   ::setenv("CORESCHED_DUMP_SIGNAL", "SIGNOPE", 1);
   CHECK_THROWS_WITH(Runtime(o), Catch::Contains("CORESCHED_DUMP_SIGNAL=SIGNOPE"));

@@ -103,8 +103,9 @@ struct Options {
   /// (Runtime::dump) to stderr; 0 means CORESCHED_DUMP_SIGNAL (a name such
   /// as "SIGUSR2" or "USR2", or a number) or none. The handler only writes a
   /// byte to a pipe; a thread of the runtime library writes the dump, so it is
-  /// safe whatever the signal interrupts. SIGKILL, SIGSTOP and unknown names
-  /// or numbers are a UsageError.
+  /// safe whatever the signal interrupts. SIGKILL, SIGSTOP, the fault signals
+  /// (SIGSEGV, which reports a fiber's stack overflow; SIGBUS, SIGILL,
+  /// SIGFPE) and unknown names or numbers are a UsageError.
   int dump_signal = 0;
 };
 

@@ -66,7 +66,8 @@ public:
   /// started fiber with its cookie, state, worker, what a parked fiber waits
   /// for (join, a sync primitive, an io operation, a sleep) and for how long,
   /// and its frames (from its saved context, named with elfutils). Callable
-  /// from any thread, also while the runtime is stuck: it never waits more
+  /// from any thread or fiber (a fiber's worker waits while a thread of its
+  /// own writes it), also while the runtime is stuck: it never waits more
   /// than a moment for a lock, and what it reads may be a moment stale.
   /// Options::dump_signal makes a signal write one to stderr.
   void dump(std::FILE* out) const;
