@@ -93,11 +93,17 @@ FiberFacts read_fiber(const Fiber* f) noexcept {
   static_assert(sizeof(std::atomic<FiberState>) == sizeof(FiberState) && sizeof(std::atomic<bool>) == sizeof(bool));
   FiberFacts r;
   void* base = nullptr;
+  // Bools as bytes: a recycled record may hold any byte there, and loading
+  // one that is neither 0 nor 1 as a bool is undefined (UBSan aborts).
+  // (FiberState has a fixed underlying type: every byte is a value of it.)
+  unsigned char saved = 0, task = 0;
   r.ok = f && peek(r.id, &f->id) && peek(r.cookie, &f->cookie) && peek(r.state, &f->state) &&
          peek(r.last_worker, &f->last_worker) && peek(r.pinned, &f->pinned) && peek(r.context, &f->context) &&
-         peek(base, &f->stack.base) && peek(r.context_saved, &f->context_saved) &&
-         peek(r.is_task, &f->is_task) && peek(r.inline_child, &f->inline_child);
+         peek(base, &f->stack.base) && peek(saved, &f->context_saved) && peek(task, &f->is_task) &&
+         peek(r.inline_child, &f->inline_child);
   r.stack_base = static_cast<const char*>(base);
+  r.context_saved = saved != 0;
+  r.is_task = task != 0;
   return r;
 }
 
