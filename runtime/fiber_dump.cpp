@@ -317,8 +317,8 @@ __attribute__((no_sanitize_thread)) void Scheduler::dump(std::FILE* out) {
         for (auto p = chain.rbegin() + 1; p != chain.rend(); ++p)
           std::fprintf(out, "    below it on the same stack: fiber %llu cookie %s, joining it inline\n",
                        static_cast<unsigned long long>(p->id), cookie_name(p->cookie).c_str());
-        // The stack is mapped while the list is locked, so its words can be
-        // read directly (print_frames); the record's fields came by peek.
+        // The record's fields and the stack's words (print_frames) both
+        // come by peek: the bounds of the walk come from the record.
         if (st != FiberState::running && f.context_saved)
           print_frames(out, sym, f.context, parked ? wait.frame : nullptr, f.stack_base,
                        reinterpret_cast<const char*>(&h));
