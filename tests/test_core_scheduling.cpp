@@ -290,9 +290,10 @@ TEST_CASE("fairness: a cookie arriving after another ran alone for 2 s gets 40% 
   // whole VM, which no run-queue counter sees). In quiet windows the split
   // was 48-51 % in every run here, and each cookie must get 40 % of every
   // one. Under load (load average 15-18: 30-2500 ms of wait per window) a
-  // window's split ranged from 0 to 100 %; such windows are reported, not
-  // judged. The whole 1.5 s is always judged, loosely: each cookie 25 % of
-  // the work (39-61 % under that load; before the fix A got 0 %).
+  // window's split ranged from 0 to 100 %; such windows, and the one after
+  // each, are reported, not judged. The whole 1.5 s is always judged,
+  // loosely: each cookie 25 % of the work (39-61 % under that load; before
+  // the fix A got 0 %).
   for (auto policy : {FairnessPolicy::core_vruntime, FairnessPolicy::forceidle_balance}) {
     Runtime rt(topo("core:1 pu:2", policy));
     const Cookie cookie[2] = {Cookie::create(), Cookie::create()};
@@ -329,18 +330,27 @@ TEST_CASE("fairness: a cookie arriving after another ran alone for 2 s gets 40% 
     for (auto& h : hs) h.join();
     double total[2] = {0, 0};
     int noisy = 0;
+    bool quiet_before = true; // the 2 s before B arrived are not judged; A ran alone there
     std::string log;
     for (int w = 1; w <= kWindows; ++w) {
       const double a = sample[w].work[0] - sample[w - 1].work[0], b = sample[w].work[1] - sample[w - 1].work[1];
       const double waited_ms = (sample[w].waited_ns - sample[w - 1].waited_ns) / 1e6;
       const double capacity = 2 * std::chrono::duration<double>(sample[w].at - sample[w - 1].at) / 20us;
       const bool quiet = waited_ms < 10 && a + b >= 0.7 * capacity;
+      // A window right after a noisy one is not judged either. Time a worker
+      // lost while its cookie owned the core was still charged to that
+      // cookie, and the scheduler rightly pays it back in the next window, so
+      // that window's split is skewed by the noise before it. (TSan CI run
+      // at 03cf7ef: a window read 38 % at 8.5 ms waited and 71 % of capacity,
+      // just inside the limits, with 13 of 15 windows noisy around it.)
+      const bool judged = quiet && quiet_before;
+      quiet_before = quiet;
       const double share = a + b > 0 ? a / (a + b) : 0.0;
       total[0] += a;
       total[1] += b;
       noisy += !quiet;
-      log += std::to_string(static_cast<int>(100 * share)) + (quiet ? "% " : "% (noisy) ");
-      if (!quiet) continue;
+      log += std::to_string(static_cast<int>(100 * share)) + (judged ? "% " : quiet ? "% (after noise) " : "% (noisy) ");
+      if (!judged) continue;
       INFO(to_string(policy) << " window " << w << ": A did " << a << " chunks, B " << b << " (of " << capacity
                              << "); the workers waited " << waited_ms << " ms for a CPU");
       CHECK(std::min(share, 1 - share) >= 0.40);
