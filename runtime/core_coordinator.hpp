@@ -14,6 +14,7 @@
 #include "clock.hpp"
 #include "gap_histogram.hpp"
 #include "run_queue.hpp"
+#include "spawn_ring.hpp"
 #include "spin_lock.hpp"
 
 #include <coresched/options.hpp>
@@ -149,8 +150,9 @@ public:
   /// (no wake-ups): a fiber picked and put back, or moved from the worker's
   /// own queue.
   void requeue_locked(unsigned s, Fiber* f);
-  /// Puts the fiber that just ran on sibling `s` back on its queue (no wake-ups).
-  void requeue_after_run_locked(unsigned s, Fiber* f, Requeue how);
+  /// Puts the fiber that just ran on sibling `s` back on its queue (no
+  /// wake-ups) and makes the pick for `s`: pick_locked's result.
+  Pick requeue_and_pick_locked(unsigned s, Fiber* f, Requeue how, WakeList& wakes);
   /// Queues a fiber stolen from another core on sibling `s` (no wake-ups).
   void adopt_locked(unsigned s, Fiber* f);
   /// The core-wide pick for sibling `s`, whose fiber (if any) has stopped.
@@ -164,6 +166,9 @@ public:
   /// first one's cookie is `cookie` (any if `any`); the rest share it. Returns
   /// how many were stored in `out`.
   unsigned steal_locked(std::uint64_t cookie, bool any, Fiber** out, unsigned max);
+  /// Moves the fibers of the spawn ring to sibling `s`'s queue (single-PU
+  /// cores: the pick, an inline join and the rescue look only at the queue).
+  void drain_spawned_locked(unsigned s);
   /// Removes the first unpinned fiber of `cookie` from sibling `s`'s queue,
   /// for the ticker to move to another core (rescue.cpp); null if none.
   Fiber* evict_locked(unsigned s, std::uint64_t cookie);
@@ -202,6 +207,29 @@ public:
   int forced_idle_count() const noexcept { return forced_.load(std::memory_order_relaxed); }
   /// Fibers queued on the core (a hint for thieves; exact under the lock).
   int queued_hint() const noexcept { return queued_.load(std::memory_order_relaxed); }
+  /// Single-PU cores, their worker only: queues a fiber it spawned on the
+  /// spawn ring (spawn_ring.hpp), without the lock. False when the ring is full.
+  /// The ring's fibers count in queued_hint(), so the worker's private fast
+  /// paths (local_ok) stay off while any wait there, and thieves look here.
+  bool push_spawned(Fiber* f) noexcept {
+    if (!spawned_.push(f)) return false;
+    queued_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  /// Any thread, no lock: takes half the spawn ring (at most `max`) for
+  /// another core. The caller queues them there under that core's lock.
+  unsigned steal_spawned(Fiber** out, unsigned max) noexcept {
+    const unsigned n = spawned_.take(out, max, true);
+    if (n) queued_.fetch_sub(static_cast<int>(n), std::memory_order_relaxed);
+    return n;
+  }
+  /// Any thread, no lock: takes `f` off the spawn ring if it is the oldest
+  /// there (an inline join of a fiber just spawned).
+  bool take_spawned_if_oldest(const Fiber* f) noexcept {
+    if (!spawned_.take_if_oldest(f)) return false;
+    queued_.fetch_sub(1, std::memory_order_relaxed);
+    return true;
+  }
   /// Wake-affine placements onto this core so far (affine_grace.hpp).
   std::uint32_t affine_seq() const noexcept { return affine_seq_.load(std::memory_order_relaxed); }
   /// Under lock(): a fiber running here woke a fiber onto this core to run next.
@@ -238,6 +266,7 @@ private:
   bool prefer(const CookieEntry& a, const CookieEntry& b) const noexcept;
   void checkpoint(std::uint64_t now);
   Fiber* take(unsigned s, std::uint64_t cookie);
+  Pick pick_single_pu(Sibling& me, bool count);
   void start(unsigned s, Fiber* f, WakeList& wakes, Pick& p);
   void set_forced(unsigned s, bool on) noexcept;
   void wake_sleepers(WakeList& wakes, unsigned except, bool only_with_work);
@@ -262,8 +291,9 @@ private:
   void update_min_vruntime();
   std::atomic<int> forced_{0};
   std::atomic<std::uint64_t> owner_pub_{kNoCookie}; // owner_, for lock-free readers
-  std::atomic<int> queued_{0};
+  std::atomic<int> queued_{0}; // queued fibers, the spawn ring's included
   std::atomic<std::uint32_t> affine_seq_{0}; // beside queued_: a thief reads both
+  SpawnRing spawned_; // single-PU cores: fibers the worker spawned while others idled
   std::unordered_map<std::uint64_t, std::uint64_t> owned_ns_; // statistics, per cookie
 };
 

@@ -154,7 +154,18 @@ bool Worker::run_inline(Fiber* f, const JoinRecord* j) {
   // whether it is still the fiber of `j`: the record may have been freed and
   // reused by another fiber since the joiner read it.
   bool mine = false;
-  if (!local_.find_and_remove(f, [j](const Fiber* x) { return x->join == j && x->fresh; }, mine)) {
+  if (local_.find_and_remove(f, [j](const Fiber* x) { return x->join == j && x->fresh; }, mine)) {
+  } else if (core_.take_spawned_if_oldest(f)) {
+    // Off the spawn ring without the lock (spawned while another worker
+    // idled, and not stolen): the fiber there is ours now, so its fields may
+    // be read. Another fiber reusing the address goes back.
+    mine = f->join == j && f->fresh;
+    if (!mine) [[unlikely]] {
+      core_.lock().lock();
+      core_.requeue_locked(sibling_, f);
+      core_.lock().unlock();
+    }
+  } else {
     core_.lock().lock();
     mine = core_.remove_unstarted_locked(sibling_, f, j);
     core_.lock().unlock();

@@ -96,6 +96,7 @@ void Scheduler::rescue_one(Worker& stuck) {
   Worker* to = nullptr;
   Fiber* f = nullptr;
   home.lock().lock();
+  home.drain_spawned_locked(from); // the runner's spawns wait on its ring, which only its own pick drains
   for (unsigned s = 0; s < home.size(); ++s) {
     if (s == from || !switching(*workers_[home.sibling(s).worker])) continue;
     if (home.move_queued_locked(from, s, wakes)) {

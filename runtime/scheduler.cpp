@@ -296,8 +296,11 @@ bool Scheduler::wake_helper(const Worker& from, bool other_cores_only) {
     placement_->for_each_idle(llc, [&](unsigned wi) {
       Worker& w = *workers_[wi];
       if (&w == &from || (other_cores_only && w.pu().core == from.pu().core)) return false;
+      // try_lock: a core whose lock is taken has a worker awake in it (an
+      // idle thief adopting what it stole, say); waiting for that lock cost a
+      // spawner that calls this at every spawn a third of its time.
       WakeList wakes;
-      w.core().lock().lock();
+      if (!w.core().lock().try_lock()) return false;
       Sibling& s = w.sibling();
       // (For stealing from another core, not a forced-idle PU: it may take
       // only its own core's waiting cookie, and would go back to sleep.)
@@ -321,7 +324,12 @@ unsigned Scheduler::steal_for(Worker& thief, const Pick& p, Fiber** out) {
   for (unsigned ci : steal_order_[thief.index()]) {
     CoreCoordinator& c = *cores_[ci];
     if (c.queued_hint() <= 0) continue;
-    if (!thief.steal_grace().allows(ci, c.affine_seq(), c.queued_hint()) || !c.lock().try_lock()) continue;
+    if (!thief.steal_grace().allows(ci, c.affine_seq(), c.queued_hint())) continue;
+    // Fibers a worker spawned while others idled: lock-free, half at a time.
+    // Only for a thief that may take any cookie, as the ring mixes them.
+    if (p.steal == Pick::Steal::any)
+      if (const unsigned n = c.steal_spawned(out, kStealBatch)) return n;
+    if (!c.lock().try_lock()) continue;
     const unsigned n = c.steal_locked(p.steal_cookie, p.steal == Pick::Steal::any, out, kStealBatch);
     c.lock().unlock();
     if (n > 0) return n;

@@ -38,7 +38,8 @@ private:
 Worker::Worker(Scheduler& sched, const PuInfo& pu, CoreCoordinator& core, unsigned sibling,
                SharedStackPool& stacks, RecordDepot& records)
     : sched_(sched), pu_(pu), index_(pu.index), core_(core), sibling_(sibling), sib_(&core.sibling(sibling)),
-      stacks_(stacks), records_(records), steal_grace_(sched.topology().cores().size()),
+      ring_spawns_(core.single_pu() && sched.topology().pus().size() > 1), stacks_(stacks), records_(records),
+      steal_grace_(sched.topology().cores().size()),
       ticks_(&sched.tick_counter()),
       trace_(sched.trace() ? &sched.trace()->ring(pu.index) : nullptr) {
   idle_ctx_.is_task = false;
@@ -317,14 +318,25 @@ void Worker::spill_local_locked() {
 }
 
 void Worker::enqueue_spawned(Fiber* f) {
-  if (local_ok(f)) {
-    f->vtime = sib_->vfloor.load(std::memory_order_relaxed); // Arrival::spawned
-    local_.push(f);
+  f->vtime = sib_->vfloor.load(std::memory_order_relaxed); // Arrival::spawned, as enqueue_locked gives it
+  // A fiber another worker may run goes on the spawn ring, where a thief
+  // finds it without the core lock (spawn_ring.hpp). Always, not only while
+  // a worker is idle: a worker that goes idle just after the spawn must still
+  // see it. The private queue once took such fibers while nobody was idle,
+  // and a spawner that then ran on without a preemption point kept them from
+  // a worker that had gone to sleep meanwhile (for the whole run: 0 of 8
+  // children started in 200 ms, "fibers spawned while another worker idles
+  // are stolen while their spawner runs on"), and from the rescue.
+  if (ring_spawns_ && f->pinned == kNotPinned) {
+    if (core_.push_spawned(f)) return;
+  } else if (local_ok(f)) {
+    local_.push(f); // pinned here, or the runtime's only worker
     return;
   }
   WakeList wakes;
   core_.lock().lock();
   spill_local_locked();
+  core_.drain_spawned_locked(sibling_); // the ring is full: it goes first, in spawn order
   core_.enqueue_locked(sibling_, f, wakes, Arrival::spawned);
   core_.lock().unlock();
   wakes.notify();
@@ -367,7 +379,7 @@ void Worker::reschedule(Requeue how) {
     publish_vtime(self);
     return;
   }
-  // As requeue_after_run_locked, on the private queue (charge() keeps the
+  // As requeue_and_pick_locked, on the private queue (charge() keeps the
   // vtime within kMaxLead of the floor). A yield always lets the next one run.
   Fiber* next;
   if (how == Requeue::preempted) {
@@ -423,8 +435,7 @@ __attribute__((noinline)) void Worker::reschedule_shared(Fiber* self, Requeue ho
   WakeList wakes;
   core_.lock().lock();
   spill_local_locked();
-  core_.requeue_after_run_locked(sibling_, self, how);
-  Pick p = core_.pick_locked(sibling_, wakes);
+  Pick p = core_.requeue_and_pick_locked(sibling_, self, how, wakes);
   core_.lock().unlock();
   wakes.notify();
   if (trace_ && p.handover_gap_ns != Pick::kNoGap) [[unlikely]] trace_handover(p);

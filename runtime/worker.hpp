@@ -238,6 +238,9 @@ private:
   CoreCoordinator& core_;
   unsigned sibling_;
   Sibling* sib_; // this PU's slot in its core (cached: read on every yield)
+  // Unpinned spawns go on the core's spawn ring: a single-PU core in a
+  // runtime of more than one worker (SMT cores queue them under the lock).
+  const bool ring_spawns_;
   StackPool stacks_;
   RecordCache records_;
   AffineGrace steal_grace_;
@@ -255,9 +258,10 @@ private:
   clockid_t cpu_clock_{};       // this thread's CPU-time clock, set before ready_
   std::string init_error_;
 
-  // Single-PU cores only: fibers this worker queued for itself while no other
-  // worker was idle. Owner-only, so yield and spawn+join take no lock; spilled
-  // to the core's (stealable) queue whenever another worker goes idle.
+  // Single-PU cores only: fibers only this worker may run (pinned here, or
+  // spawned in a runtime of one worker), and the running fiber as it yields
+  // while nothing else is queued. Owner-only, so yield and spawn+join take no
+  // lock; spilled to the core's queue at a locked pick.
   LocalQueue local_;
   bool local_ok(const Fiber* adding = nullptr) const noexcept;
   void spill_local_locked();

@@ -115,6 +115,44 @@ TEST_CASE("a fiber queued behind a runner without preemption points moves to a b
   CHECK(r.waited_ms < 100.0);
 }
 
+// A spawns C and then runs without a preemption point; B keeps worker 1
+// busy, so no worker is idle. C waits on worker 0's spawn ring, which the
+// rescue drains. Before spawns went on the ring, a spawn while nobody was
+// idle went to the worker's private queue, which only that worker can reach:
+// C waited A's whole run (300.0 ms of 300, three runs).
+TEST_CASE("a fiber spawned by a runner that then reaches no preemption point moves to a busy worker that switches",
+          "[rescue]") {
+  constexpr auto kRun = 300ms;
+  Runtime rt(without_stall_reports("core:2 pu:1"));
+  std::atomic<bool> stop{false}, b_started{false};
+  std::atomic<Clock::rep> started{0};
+  std::atomic<unsigned> ran_on{~0u};
+  auto b = rt.spawn([&] {
+    b_started.store(true);
+    busy_until(stop);
+  }, SpawnOptions{.pin_to_pu = 1});
+  Clock::time_point spawned;
+  std::optional<JoinHandle<void>> c;
+  rt.spawn([&] {
+    while (!b_started.load()) this_fiber::yield();
+    spawned = Clock::now();
+    c = spawn([&] {
+      started.store(Clock::now().time_since_epoch().count());
+      ran_on.store(this_fiber::location().worker);
+    });
+    const auto until = Clock::now() + kRun;
+    while (Clock::now() < until) {
+    } // no preemption point
+    stop.store(true);
+  }, SpawnOptions{.pin_to_pu = 0}).join();
+  c->join();
+  b.join();
+  const double waited_ms = ms_since(spawned, started);
+  INFO("C started " << waited_ms << " ms after its spawn, on worker " << ran_on.load());
+  CHECK(ran_on.load() == 1);
+  CHECK(waited_ms < 100.0);
+}
+
 TEST_CASE("a pinned fiber queued behind a runner without preemption points stays and waits", "[rescue]") {
   constexpr auto kRun = 100ms;
   const Outcome r = queued_behind_stuck_runner("core:2 pu:1", kRun, true);
