@@ -130,6 +130,9 @@ void CoreCoordinator::requeue_locked(unsigned s, Fiber* f) {
 
 Pick CoreCoordinator::requeue_and_pick_locked(unsigned s, Fiber* f, Requeue how, WakeList& wakes) {
   Sibling& me = *siblings_[s];
+  // Fibers `f` spawned go first: a yield must let them run, and one of them
+  // drained after `f` went back, at `f`'s own vtime, would queue behind it.
+  if (!spawned_.empty()) drain_spawned_locked(s);
   f->vtime = vtime::capped(f->vtime, me.vfloor.load(std::memory_order_relaxed));
   if (how == Requeue::yielded) me.queue.push_behind_all(f);
   else me.queue.insert(f, f->vtime - vtime::kGranularity);
@@ -140,7 +143,6 @@ Pick CoreCoordinator::requeue_and_pick_locked(unsigned s, Fiber* f, Requeue how,
   // One PU: `f` went on the queue and one fiber comes off it, so the count
   // ends where it began. Neither locked add is needed (a yield between
   // fibers of one worker took 15 % longer with them).
-  if (!spawned_.empty()) drain_spawned_locked(s);
   me.preempt.store(false, std::memory_order_relaxed);
   return pick_single_pu(me, false);
 }
@@ -427,6 +429,10 @@ unsigned CoreCoordinator::steal_locked(std::uint64_t cookie, bool any, Fiber** o
   // Half, as Go's runqsteal takes: one fiber per steal left a thief paying two
   // locks for every empty fiber that a spawner queued (1M spawns: the queue
   // grew faster than one thief drained it).
+  // The spawn ring's fibers join the queue first, so a thief that may take
+  // only one cookie finds those of its cookie too (the lock-free steal from
+  // the ring is for thieves that may take any).
+  if (!spawned_.empty()) drain_spawned_locked(0);
   const unsigned half = static_cast<unsigned>(std::max(queued_.load(std::memory_order_relaxed), 1) + 1) / 2;
   max = std::min(max, half);
   unsigned n = 0;

@@ -205,7 +205,8 @@ public:
   std::uint64_t running_cookie() const noexcept;
   /// How many siblings are forced idle now (for the slice tick rule).
   int forced_idle_count() const noexcept { return forced_.load(std::memory_order_relaxed); }
-  /// Fibers queued on the core (a hint for thieves; exact under the lock).
+  /// Fibers queued on the core, its spawn ring's included (a hint: the ring
+  /// changes without the lock).
   int queued_hint() const noexcept { return queued_.load(std::memory_order_relaxed); }
   /// Single-PU cores, their worker only: queues a fiber it spawned on the
   /// spawn ring (spawn_ring.hpp), without the lock. False when the ring is full.

@@ -296,11 +296,8 @@ bool Scheduler::wake_helper(const Worker& from, bool other_cores_only) {
     placement_->for_each_idle(llc, [&](unsigned wi) {
       Worker& w = *workers_[wi];
       if (&w == &from || (other_cores_only && w.pu().core == from.pu().core)) return false;
-      // try_lock: a core whose lock is taken has a worker awake in it (an
-      // idle thief adopting what it stole, say); waiting for that lock cost a
-      // spawner that calls this at every spawn a third of its time.
       WakeList wakes;
-      if (!w.core().lock().try_lock()) return false;
+      w.core().lock().lock();
       Sibling& s = w.sibling();
       // (For stealing from another core, not a forced-idle PU: it may take
       // only its own core's waiting cookie, and would go back to sleep.)
@@ -325,9 +322,11 @@ unsigned Scheduler::steal_for(Worker& thief, const Pick& p, Fiber** out) {
     CoreCoordinator& c = *cores_[ci];
     if (c.queued_hint() <= 0) continue;
     if (!thief.steal_grace().allows(ci, c.affine_seq(), c.queued_hint())) continue;
-    // Fibers a worker spawned while others idled: lock-free, half at a time.
-    // Only for a thief that may take any cookie, as the ring mixes them.
-    if (p.steal == Pick::Steal::any)
+    // Fibers spawned on a single-PU core: lock-free, half at a time. Only for
+    // a thief on a single-PU core that may take any cookie: the ring mixes
+    // cookies, and an SMT core takes one cookie per steal (steal_locked, which
+    // drains the ring first).
+    if (p.steal == Pick::Steal::any && thief.core().single_pu())
       if (const unsigned n = c.steal_spawned(out, kStealBatch)) return n;
     if (!c.lock().try_lock()) continue;
     const unsigned n = c.steal_locked(p.steal_cookie, p.steal == Pick::Steal::any, out, kStealBatch);

@@ -149,3 +149,32 @@ TEST_CASE("a fiber spawned and joined at once runs inline though another worker 
   INFO(on_joiner << " of " << kJoins << " children ran on their joiner's worker");
   CHECK(on_joiner >= kJoins * 9 / 10);
 }
+
+TEST_CASE("a yield right after a spawn lets the spawned fiber run", "[spawn_ring]") {
+  // Worker 1 is kept busy, so no thief takes the child: it waits on worker
+  // 0's ring, at the spawner's vtime. helper-4's review: the yield put the
+  // spawner back before the ring was drained, and the child, queued after it
+  // at the same vtime, waited while the spawner ran on.
+  Runtime rt(topo("core:2 pu:1"));
+  std::atomic<bool> stop{false}, busy{false};
+  auto b = rt.spawn([&] {
+    busy.store(true);
+    test_support::busy_until(stop);
+  }, SpawnOptions{.pin_to_pu = 1});
+  const int missed = rt.spawn([&] {
+    while (!busy.load()) this_fiber::yield();
+    int late = 0;
+    for (int i = 0; i < 200; ++i) {
+      std::atomic<bool> ran{false};
+      auto c = coresched::spawn([&] { ran.store(true); });
+      this_fiber::yield();
+      late += !ran.load();
+      c.join();
+    }
+    return late;
+  }, SpawnOptions{.pin_to_pu = 0}).join();
+  stop = true;
+  b.join();
+  INFO(missed << " of 200 children had not run when their spawner's yield returned");
+  CHECK(missed == 0);
+}
