@@ -56,8 +56,8 @@ bool switching(const Worker& w) noexcept {
 void Scheduler::rescue_queued() {
   for (auto& wp : workers_) {
     Worker& w = *wp;
-    // backlog_shared: the backlog rule woke an idle worker of another core to
-    // steal this run's backlog (or one spins), which takes half of it at once.
+    // backlog_shared: the backlog rule woke an idle worker of another core
+    // that may steal any cookie, which takes half of this run's backlog at once.
     // Not a global "someone is idle": a sibling forced idle beside a runner of
     // another cookie is idle too, and cannot take what waits here.
     if (w.busy.load(std::memory_order_relaxed) && w.ticks_same >= kRescueAfterTicks && !w.backlog_shared &&

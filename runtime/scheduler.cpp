@@ -287,21 +287,27 @@ bool Scheduler::try_start_spinning() noexcept {
   }
 }
 
-bool Scheduler::wake_helper(const Worker& from, bool other_cores_only) {
-  if (spinning_.load(std::memory_order_relaxed) > 0) return true; // a spinner will find the work
+bool Scheduler::wake_helper(const Worker& from, bool for_backlog) {
+  if (!for_backlog && spinning_.load(std::memory_order_relaxed) > 0) return true; // a spinner will find the work
   const unsigned nllc = placement_->llc_count();
   for (unsigned i = 0; i < nllc; ++i) {
     const unsigned llc = (from.pu().llc + i) % nllc;
     bool woke = false;
     placement_->for_each_idle(llc, [&](unsigned wi) {
       Worker& w = *workers_[wi];
-      if (&w == &from || (other_cores_only && w.pu().core == from.pu().core)) return false;
+      if (&w == &from) return false;
+      // For a backlog the woken worker must be able to take it: not a PU of
+      // the runner's core, and not one beside a sibling that runs a cookie,
+      // which may steal only that cookie and would go back to sleep, leaving
+      // the backlog to wait for the runner while the rule counts it as shared
+      // (helper-5: a child on a single-PU worker's ring waited 200 ms of 200
+      // in 10 of 10 rounds while the wake went to an SMT sibling of a PU
+      // running another cookie, and a single-PU worker slept).
+      if (for_backlog && (w.pu().core == from.pu().core || w.core().running_cookie() != kNoCookie)) return false;
       WakeList wakes;
       w.core().lock().lock();
       Sibling& s = w.sibling();
-      // (For stealing from another core, not a forced-idle PU: it may take
-      // only its own core's waiting cookie, and would go back to sleep.)
-      if (s.sleeping && !(other_cores_only && s.forced_idle)) {
+      if (s.sleeping && !(for_backlog && s.forced_idle)) {
         s.sleeping = false;
         wakes.add(&s);
         woke = true;
@@ -382,8 +388,9 @@ bool Scheduler::tick() {
     // wake-up at spawn or placement time was skipped (a wake-affine fiber
     // whose waker ran on without a preemption point) or found nothing yet
     // waited for the runner's next switch.
-    // Another core's worker (a sibling here that sleeps while fibers are
-    // queued is forced idle); if none could be woken, the next tick tries again.
+    // A sleeping worker of another core that can take any cookie
+    // (wake_helper's for_backlog); if none could be woken, the next tick
+    // tries again, and the rescue may move the backlog meanwhile.
     if (!w.backlog_shared && w.core().queued_hint() > 0 && idle_hint()) w.backlog_shared = wake_helper(w, true);
     if (w.ticks_same >= 4 && stall_ns_ > 0 && !w.stall_reported) check_stall(w);
   }

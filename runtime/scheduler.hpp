@@ -58,10 +58,13 @@ public:
   bool stopping() const noexcept { return stopping_.load(std::memory_order_acquire); }
   /// Fibers spawned and not yet finished (exact once nothing can spawn).
   std::uint64_t live_fibers() const noexcept;
-  /// Called by a worker whose own queue has a backlog: wake a sleeping one
-  /// (of another core, not forced idle, if `other_cores_only`), unless one
-  /// spins. Returns whether one was woken or spins.
-  bool wake_helper(const Worker& from, bool other_cores_only = false);
+  /// Called by a worker whose own queue has a backlog: wake a sleeping one,
+  /// unless one spins. Returns whether one was woken or spins. `for_backlog`
+  /// (the slice tick's rule, for a runner that reaches no preemption point):
+  /// only a worker of another core that can steal any cookie (no sibling of
+  /// its core runs one), and a spinner does not count (it may be limited to
+  /// one cookie); the caller then relies on it to take the backlog.
+  bool wake_helper(const Worker& from, bool for_backlog = false);
   /// A worker enters or leaves the idle loop.
   void note_idle(const Worker& w, bool idle) noexcept;
   /// Whether some worker is idle (a relaxed hint).

@@ -153,6 +153,50 @@ TEST_CASE("a fiber spawned by a runner that then reaches no preemption point mov
   CHECK(waited_ms < 100.0);
 }
 
+// A mixed topology (core 0: PUs 0 and 1; cores 1 and 2: one PU each). PU 0
+// runs cookie X with preemption points; on PU 2 a fiber of cookie Y spawns C
+// and spins without a preemption point; PUs 1 and 3 idle. The tick's backlog
+// rule must wake PU 3, which can take C, not PU 1, which may run only X beside
+// PU 0. helper-5's probe: it woke PU 1, counted the backlog as shared, and C
+// waited all 200 ms (10 of 10 rounds; 300 ms of 300 here).
+TEST_CASE("a runner's spawn is taken by an idle worker that can run its cookie, not by an SMT sibling that cannot",
+          "[rescue]") {
+  constexpr auto kRun = 300ms;
+  Options o = without_stall_reports("");
+  o.topology = CORESCHED_TEST_DATA "/1pkg-smt2-core-2-single-cores.xml";
+  Runtime rt(o);
+  REQUIRE(rt.topology().pus().size() == 4);
+  const Cookie x = Cookie::create(), y = Cookie::create();
+  std::atomic<bool> stop{false}, x_started{false};
+  std::atomic<Clock::rep> started{0};
+  std::atomic<unsigned> ran_on{~0u};
+  auto bx = rt.spawn([&] {
+    x_started.store(true);
+    busy_until(stop);
+  }, SpawnOptions{.cookie = x, .pin_to_pu = 0});
+  Clock::time_point spawned;
+  std::optional<JoinHandle<void>> c;
+  rt.spawn([&] {
+    while (!x_started.load()) this_fiber::yield();
+    this_fiber::sleep_for(5ms); // PUs 1 and 3 asleep by now
+    spawned = Clock::now();
+    c = spawn([&] {
+      started.store(Clock::now().time_since_epoch().count());
+      ran_on.store(this_fiber::location().worker);
+    });
+    const auto until = Clock::now() + kRun;
+    while (Clock::now() < until) {
+    } // no preemption point
+  }, SpawnOptions{.cookie = y, .pin_to_pu = 2}).join();
+  c->join();
+  stop.store(true);
+  bx.join();
+  const double waited_ms = ms_since(spawned, started);
+  INFO("C started " << waited_ms << " ms after its spawn, on worker " << ran_on.load());
+  CHECK(ran_on.load() == 3);
+  CHECK(waited_ms < 100.0);
+}
+
 TEST_CASE("a pinned fiber queued behind a runner without preemption points stays and waits", "[rescue]") {
   constexpr auto kRun = 100ms;
   const Outcome r = queued_behind_stuck_runner("core:2 pu:1", kRun, true);
