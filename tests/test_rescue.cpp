@@ -115,26 +115,28 @@ TEST_CASE("a fiber queued behind a runner without preemption points moves to a b
   CHECK(r.waited_ms < 100.0);
 }
 
-// A spawns C and then runs without a preemption point; B keeps worker 1
-// busy, so no worker is idle. C waits on worker 0's spawn ring, which the
-// rescue drains. Before spawns went on the ring, a spawn while nobody was
-// idle went to the worker's private queue, which only that worker can reach:
-// C waited A's whole run (300.0 ms of 300, three runs).
-TEST_CASE("a fiber spawned by a runner that then reaches no preemption point moves to a busy worker that switches",
-          "[rescue]") {
+namespace {
+
+// A fiber pinned to `busy_pu` (of `busy_cookie`) runs with preemption points
+// all along; a runner pinned to `runner_pu` (of `runner_cookie`) waits until
+// it runs and `settle` more, spawns C, and spins for `run` without a
+// preemption point. When, after its spawn, and where C started.
+Outcome spawned_behind_stuck_runner(const Options& o, unsigned busy_pu, Cookie busy_cookie, unsigned runner_pu,
+                                    Cookie runner_cookie, std::chrono::milliseconds settle) {
   constexpr auto kRun = 300ms;
-  Runtime rt(without_stall_reports("core:2 pu:1"));
-  std::atomic<bool> stop{false}, b_started{false};
+  Runtime rt(o);
+  std::atomic<bool> stop{false}, busy_started{false};
   std::atomic<Clock::rep> started{0};
   std::atomic<unsigned> ran_on{~0u};
-  auto b = rt.spawn([&] {
-    b_started.store(true);
+  auto busy = rt.spawn([&] {
+    busy_started.store(true);
     busy_until(stop);
-  }, SpawnOptions{.pin_to_pu = 1});
+  }, SpawnOptions{.cookie = busy_cookie, .pin_to_pu = busy_pu});
   Clock::time_point spawned;
   std::optional<JoinHandle<void>> c;
   rt.spawn([&] {
-    while (!b_started.load()) this_fiber::yield();
+    while (!busy_started.load()) this_fiber::yield();
+    this_fiber::sleep_for(settle);
     spawned = Clock::now();
     c = spawn([&] {
       started.store(Clock::now().time_since_epoch().count());
@@ -143,14 +145,26 @@ TEST_CASE("a fiber spawned by a runner that then reaches no preemption point mov
     const auto until = Clock::now() + kRun;
     while (Clock::now() < until) {
     } // no preemption point
-    stop.store(true);
-  }, SpawnOptions{.pin_to_pu = 0}).join();
+  }, SpawnOptions{.cookie = runner_cookie, .pin_to_pu = runner_pu}).join();
   c->join();
-  b.join();
-  const double waited_ms = ms_since(spawned, started);
-  INFO("C started " << waited_ms << " ms after its spawn, on worker " << ran_on.load());
-  CHECK(ran_on.load() == 1);
-  CHECK(waited_ms < 100.0);
+  stop.store(true);
+  busy.join();
+  return {ms_since(spawned, started), ran_on.load()};
+}
+
+} // namespace
+
+// A spawns C and then runs without a preemption point; B keeps worker 1
+// busy, so no worker is idle. C waits on worker 0's spawn ring, which the
+// rescue drains. Before spawns went on the ring, a spawn while nobody was
+// idle went to the worker's private queue, which only that worker can reach:
+// C waited A's whole run (300.0 ms of 300, three runs).
+TEST_CASE("a fiber spawned by a runner that then reaches no preemption point moves to a busy worker that switches",
+          "[rescue]") {
+  const Outcome r = spawned_behind_stuck_runner(without_stall_reports("core:2 pu:1"), 1, Cookie{}, 0, Cookie{}, 0ms);
+  INFO("C started " << r.waited_ms << " ms after its spawn, on worker " << r.ran_on);
+  CHECK(r.ran_on == 1);
+  CHECK(r.waited_ms < 100.0);
 }
 
 // A mixed topology (core 0: PUs 0 and 1; cores 1 and 2: one PU each). PU 0
@@ -161,40 +175,12 @@ TEST_CASE("a fiber spawned by a runner that then reaches no preemption point mov
 // waited all 200 ms (10 of 10 rounds; 300 ms of 300 here).
 TEST_CASE("a runner's spawn is taken by an idle worker that can run its cookie, not by an SMT sibling that cannot",
           "[rescue]") {
-  constexpr auto kRun = 300ms;
   Options o = without_stall_reports("");
   o.topology = CORESCHED_TEST_DATA "/1pkg-smt2-core-2-single-cores.xml";
-  Runtime rt(o);
-  REQUIRE(rt.topology().pus().size() == 4);
-  const Cookie x = Cookie::create(), y = Cookie::create();
-  std::atomic<bool> stop{false}, x_started{false};
-  std::atomic<Clock::rep> started{0};
-  std::atomic<unsigned> ran_on{~0u};
-  auto bx = rt.spawn([&] {
-    x_started.store(true);
-    busy_until(stop);
-  }, SpawnOptions{.cookie = x, .pin_to_pu = 0});
-  Clock::time_point spawned;
-  std::optional<JoinHandle<void>> c;
-  rt.spawn([&] {
-    while (!x_started.load()) this_fiber::yield();
-    this_fiber::sleep_for(5ms); // PUs 1 and 3 asleep by now
-    spawned = Clock::now();
-    c = spawn([&] {
-      started.store(Clock::now().time_since_epoch().count());
-      ran_on.store(this_fiber::location().worker);
-    });
-    const auto until = Clock::now() + kRun;
-    while (Clock::now() < until) {
-    } // no preemption point
-  }, SpawnOptions{.cookie = y, .pin_to_pu = 2}).join();
-  c->join();
-  stop.store(true);
-  bx.join();
-  const double waited_ms = ms_since(spawned, started);
-  INFO("C started " << waited_ms << " ms after its spawn, on worker " << ran_on.load());
-  CHECK(ran_on.load() == 3);
-  CHECK(waited_ms < 100.0);
+  const Outcome r = spawned_behind_stuck_runner(o, 0, Cookie::create(), 2, Cookie::create(), 5ms); // PUs 1, 3 asleep
+  INFO("C started " << r.waited_ms << " ms after its spawn, on worker " << r.ran_on);
+  CHECK(r.ran_on == 3);
+  CHECK(r.waited_ms < 100.0);
 }
 
 TEST_CASE("a pinned fiber queued behind a runner without preemption points stays and waits", "[rescue]") {
