@@ -18,6 +18,10 @@ CoreSnapshot CoreCoordinator::snapshot(int patience_us) {
     snap.pus.push_back({s->running.load(std::memory_order_relaxed), false, false,
                         s->preempt.load(std::memory_order_relaxed), 0});
   if (!snap.locked) return snap;
+  // The spawn ring's fibers join the queue, as at the owner's next pick, so
+  // that they are listed and counted per cookie like every queued fiber
+  // (on the ring they are not ours to read: a thief may take them meanwhile).
+  if (!spawned_.empty()) drain_spawned_locked(0);
   snap.owner = owner_;
   snap.owner_since_ns = owner_since_;
   for (const auto& e : cookies_) snap.cookies.push_back({e.cookie, e.runnable, e.vruntime, e.waited});
@@ -37,12 +41,6 @@ CoreSnapshot CoreCoordinator::snapshot(int patience_us) {
         snap.queued.push_back({i, f.id, f.cookie, f.pinned, f.fresh});
     });
   }
-  // The spawn ring: the fibers are not ours to read (a thief may have taken
-  // them since), so only their number, counted with the first PU's queue.
-  spawned_.for_each([&](const Fiber*) {
-    ++snap.pus[0].queue;
-    ++snap.queued_total;
-  });
   lock_.unlock();
   return snap;
 }

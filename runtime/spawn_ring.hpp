@@ -77,14 +77,6 @@ public:
     return head_.load(std::memory_order_acquire) == tail_.load(std::memory_order_acquire);
   }
 
-  /// Calls `fn(const Fiber*)` for the fibers present now (the fiber dump; racy:
-  /// a taker may have claimed some, and their pointers may be stale).
-  template <class Fn> void for_each(Fn fn) const {
-    const std::uint32_t h = head_.load(std::memory_order_acquire), t = tail_.load(std::memory_order_acquire);
-    if (t - h > kCapacity) return;
-    for (std::uint32_t i = h; i != t; ++i) fn(slots_[i % kCapacity].load(std::memory_order_relaxed));
-  }
-
 private:
   // Takers write `head_`, the owner writes `tail_`: separate lines.
   alignas(64) std::atomic<std::uint32_t> head_{0};
