@@ -147,19 +147,32 @@ TEST_CASE("a fiber spawned and joined at once runs inline though another worker 
   CHECK(on_joiner >= kJoins * 9 / 10);
 }
 
-TEST_CASE("a yield right after a spawn lets the spawned fiber run", "[spawn_ring]") {
-  // Worker 1 is kept busy, so no thief takes the child: it waits on worker
-  // 0's ring, at the spawner's vtime. helper-4's review: the yield put the
-  // spawner back before the ring was drained, and the child, queued after it
-  // at the same vtime, waited while the spawner ran on.
+namespace {
+// Runs `body` in a fiber pinned to worker 0 of `core:2 pu:1` while worker 1
+// is kept busy with a fiber that reaches preemption points: no thief takes
+// what worker 0 spawns, so it waits on worker 0's spawn ring.
+template <class Body> auto on_worker0_with_worker1_busy(Body body) {
   Runtime rt(topo("core:2 pu:1"));
   std::atomic<bool> stop{false}, busy{false};
   auto b = rt.spawn([&] {
     busy.store(true);
     test_support::busy_until(stop);
   }, SpawnOptions{.pin_to_pu = 1});
-  const int missed = rt.spawn([&] {
+  auto result = rt.spawn([&] {
     while (!busy.load()) this_fiber::yield();
+    return body(rt);
+  }, SpawnOptions{.pin_to_pu = 0}).join();
+  stop = true;
+  b.join();
+  return result;
+}
+} // namespace
+
+TEST_CASE("a yield right after a spawn lets the spawned fiber run", "[spawn_ring]") {
+  // The child waits on worker 0's ring at the spawner's vtime. helper-4's
+  // review: the yield put the spawner back before the ring was drained, and
+  // the child, queued after it at the same vtime, waited while it ran on.
+  const int missed = on_worker0_with_worker1_busy([](Runtime&) {
     int late = 0;
     for (int i = 0; i < 200; ++i) {
       std::atomic<bool> ran{false};
@@ -169,26 +182,17 @@ TEST_CASE("a yield right after a spawn lets the spawned fiber run", "[spawn_ring
       c.join();
     }
     return late;
-  }, SpawnOptions{.pin_to_pu = 0}).join();
-  stop = true;
-  b.join();
+  });
   INFO(missed << " of 200 children had not run when their spawner's yield returned");
   CHECK(missed == 0);
 }
 
 TEST_CASE("fibers on a spawn ring show in the core's stats, per cookie", "[spawn_ring]") {
-  // Worker 1 is kept busy, so no thief takes them; the spawner reads the
-  // stats before any scheduling point. Before the snapshot drained the ring,
-  // its fibers were missing from CoreStats::queued (helper-4's review).
-  Runtime rt(topo("core:2 pu:1"));
-  std::atomic<bool> stop{false}, busy{false};
-  auto b = rt.spawn([&] {
-    busy.store(true);
-    test_support::busy_until(stop);
-  }, SpawnOptions{.pin_to_pu = 1});
+  // The spawner reads the stats before any scheduling point. Before the
+  // snapshot drained the ring, its fibers were missing from CoreStats::queued
+  // (helper-4's review).
   const Cookie tagged = Cookie::create();
-  const std::uint64_t listed = rt.spawn([&] {
-    while (!busy.load()) this_fiber::yield();
+  const std::uint64_t listed = on_worker0_with_worker1_busy([&](Runtime& rt) {
     std::vector<JoinHandle<void>> hs;
     for (int i = 0; i < 10; ++i) hs.push_back(coresched::spawn([] {}, SpawnOptions{.cookie = tagged}));
     std::uint64_t n = 0;
@@ -196,8 +200,6 @@ TEST_CASE("fibers on a spawn ring show in the core's stats, per cookie", "[spawn
     for (const auto& q : st.cores[0].queued) n += q.cookie == tagged ? q.fibers : 0;
     for (auto& h : hs) h.join();
     return n;
-  }, SpawnOptions{.pin_to_pu = 0}).join();
-  stop = true;
-  b.join();
+  });
   CHECK(listed == 10);
 }
