@@ -294,7 +294,7 @@ private:
   std::atomic<std::uint64_t> owner_pub_{kNoCookie}; // owner_, for lock-free readers
   std::atomic<int> queued_{0}; // queued fibers, the spawn ring's included
   std::atomic<std::uint32_t> affine_seq_{0}; // beside queued_: a thief reads both
-  SpawnRing spawned_; // single-PU cores: fibers the worker spawned while others idled
+  SpawnRing spawned_; // single-PU cores: unpinned fibers the worker spawned (Worker::enqueue_spawned)
   std::unordered_map<std::uint64_t, std::uint64_t> owned_ns_; // statistics, per cookie
 };
 
