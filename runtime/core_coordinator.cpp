@@ -132,7 +132,7 @@ Pick CoreCoordinator::requeue_and_pick_locked(unsigned s, Fiber* f, Requeue how,
   Sibling& me = *siblings_[s];
   // Fibers `f` spawned go first: a yield must let them run, and one of them
   // drained after `f` went back, at `f`'s own vtime, would queue behind it.
-  if (!spawned_.empty()) drain_spawned_locked(s);
+  drain_spawned_locked(s);
   f->vtime = vtime::capped(f->vtime, me.vfloor.load(std::memory_order_relaxed));
   if (how == Requeue::yielded) me.queue.push_behind_all(f);
   else me.queue.insert(f, f->vtime - vtime::kGranularity);
@@ -345,7 +345,7 @@ Pick CoreCoordinator::stop_and_idle(unsigned s, std::uint64_t running_elsewhere,
   return p;
 }
 
-void CoreCoordinator::drain_spawned_locked(unsigned s) {
+void CoreCoordinator::move_spawned_locked(unsigned s) {
   // Already counted in queued_ when they went on the ring. Only single-PU
   // cores have a ring, so no cookie's books need updating either.
   Fiber* batch[32];
@@ -369,8 +369,7 @@ Pick CoreCoordinator::pick_single_pu(Sibling& me, bool count) {
 
 Pick CoreCoordinator::pick_locked(unsigned s, WakeList& wakes) {
   Sibling& me = *siblings_[s];
-  if (!spawned_.empty()) [[unlikely]]
-    drain_spawned_locked(s);
+  drain_spawned_locked(s);
   me.running.store(kNoCookie, std::memory_order_release);
   me.preempt.store(false, std::memory_order_relaxed);
   if (single_pu()) return pick_single_pu(me, true);
@@ -417,7 +416,7 @@ Pick CoreCoordinator::pick_locked(unsigned s, WakeList& wakes) {
 }
 
 bool CoreCoordinator::remove_unstarted_locked(unsigned s, Fiber* f, const JoinRecord* j) {
-  if (!spawned_.empty()) drain_spawned_locked(s); // the child may still be on the ring
+  drain_spawned_locked(s); // the child may still be on the ring
   RunQueue& q = siblings_[s]->queue;
   if (!q.contains(f) || f->join != j || !f->fresh) return false;
   q.remove(f);
@@ -432,7 +431,7 @@ unsigned CoreCoordinator::steal_locked(std::uint64_t cookie, bool any, Fiber** o
   // The spawn ring's fibers join the queue first, so a thief that may take
   // only one cookie finds those of its cookie too (the lock-free steal from
   // the ring is for thieves that may take any).
-  if (!spawned_.empty()) drain_spawned_locked(0);
+  drain_spawned_locked(0);
   const unsigned half = static_cast<unsigned>(std::max(queued_.load(std::memory_order_relaxed), 1) + 1) / 2;
   max = std::min(max, half);
   unsigned n = 0;

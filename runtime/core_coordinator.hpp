@@ -166,9 +166,14 @@ public:
   /// first one's cookie is `cookie` (any if `any`); the rest share it. Returns
   /// how many were stored in `out`.
   unsigned steal_locked(std::uint64_t cookie, bool any, Fiber** out, unsigned max);
-  /// Moves the fibers of the spawn ring to sibling `s`'s queue (single-PU
-  /// cores: the pick, an inline join and the rescue look only at the queue).
-  void drain_spawned_locked(unsigned s);
+  /// Moves the fibers of the spawn ring, if any, to sibling `s`'s queue
+  /// (single-PU cores: the pick, an inline join and the rescue look only at
+  /// the queue). Every locked reader of the queue calls it first; the check
+  /// is one load, the move out of line.
+  void drain_spawned_locked(unsigned s) {
+    if (!spawned_.empty()) [[unlikely]]
+      move_spawned_locked(s);
+  }
   /// Removes the first unpinned fiber of `cookie` from sibling `s`'s queue,
   /// for the ticker to move to another core (rescue.cpp); null if none.
   Fiber* evict_locked(unsigned s, std::uint64_t cookie);
@@ -251,6 +256,7 @@ public:
   CoreSnapshot snapshot(int patience_us);
 
 private:
+  void move_spawned_locked(unsigned s); // drain_spawned_locked's move
   struct CookieEntry {
     std::uint64_t cookie;
     std::size_t runnable = 0;    // queued on this core

@@ -21,7 +21,7 @@ CoreSnapshot CoreCoordinator::snapshot(int patience_us) {
   // The spawn ring's fibers join the queue, as at the owner's next pick, so
   // that they are listed and counted per cookie like every queued fiber
   // (on the ring they are not ours to read: a thief may take them meanwhile).
-  if (!spawned_.empty()) drain_spawned_locked(0);
+  drain_spawned_locked(0);
   snap.owner = owner_;
   snap.owner_since_ns = owner_since_;
   for (const auto& e : cookies_) snap.cookies.push_back({e.cookie, e.runnable, e.vruntime, e.waited});
