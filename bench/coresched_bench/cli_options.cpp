@@ -42,6 +42,14 @@ CLI::Option* add_placement_option(CLI::App& sub, std::optional<Placement>& place
       ->check(CLI::IsMember({to_string(Placement::mask), to_string(Placement::scan)}));
 }
 
+CLI::Option* add_slice_option(CLI::App& sub, std::optional<unsigned>& slice_us) {
+  // The ticker runs every quarter slice: below 100 us it would keep a CPU busy.
+  return sub
+      .add_option("--slice-us", slice_us, "The runtime's slice in microseconds, 100 to 1000000 (default: "
+                                          "Options::slice, 1000)")
+      ->check(CLI::Range(100u, 1'000'000u));
+}
+
 CLI::Option* add_json_option(CLI::App& sub, std::string& path) {
   return sub.add_option("--json", path, "Also write every figure, with units and per-run values, to FILE");
 }

@@ -2,7 +2,7 @@
 #pragma once
 /// @file cli_options.hpp
 /// Command-line options several subcommands share, so each spells its
-/// --topology, --policy, --placement and --json the same way.
+/// --topology, --policy, --placement, --slice-us and --json the same way.
 
 #include <coresched/options.hpp>
 
@@ -26,6 +26,10 @@ CLI::Option* add_policy_option(CLI::App& sub, std::optional<FairnessPolicy>& pol
 
 /// --placement mask|scan; unset means the runtime's default.
 CLI::Option* add_placement_option(CLI::App& sub, std::optional<Placement>& placement);
+
+/// --slice-us N: Options::slice in microseconds; unset means the runtime's
+/// default.
+CLI::Option* add_slice_option(CLI::App& sub, std::optional<unsigned>& slice_us);
 
 /// --json FILE.
 CLI::Option* add_json_option(CLI::App& sub, std::string& path);

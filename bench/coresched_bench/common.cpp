@@ -55,11 +55,12 @@ std::vector<unsigned> cpus_of(const Topology& t, const std::vector<unsigned>& pu
 }
 
 Options runtime_options(const std::string& topology, std::optional<FairnessPolicy> policy,
-                        std::optional<Placement> placement) {
+                        std::optional<Placement> placement, std::optional<unsigned> slice_us) {
   Options o;
   o.topology = topology;
   if (policy) o.policy = *policy;
   if (placement) o.placement = *placement;
+  if (slice_us) o.slice = std::chrono::microseconds(*slice_us);
   return o;
 }
 

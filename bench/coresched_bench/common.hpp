@@ -52,7 +52,7 @@ std::vector<unsigned> cpus_of(const Topology& t, const std::vector<unsigned>& pu
 
 /// Runtime options from the settings every subcommand has (unset: defaults).
 Options runtime_options(const std::string& topology, std::optional<FairnessPolicy> policy,
-                        std::optional<Placement> placement);
+                        std::optional<Placement> placement, std::optional<unsigned> slice_us = {});
 
 /// The runtimes of a run: `base` alone, or with --compare one copy of it per
 /// value of `field` (mask then scan; core_vruntime then forceidle_balance).

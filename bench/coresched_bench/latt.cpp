@@ -42,6 +42,7 @@ struct Settings {
   std::string load_cmd;
   std::string topology;
   std::optional<FairnessPolicy> policy;
+  std::optional<unsigned> slice_us;
   std::optional<Placement> placement;
   std::string json_path;
 };
@@ -80,6 +81,7 @@ void add_options(CLI::App& sub, Settings& s) {
                "--load-fibers busy threads), and print both and the ratios fibers / threads");
   add_topology_option(sub, s.topology, false);
   add_policy_option(sub, s.policy);
+  add_slice_option(sub, s.slice_us);
   add_placement_option(sub, s.placement);
   add_json_option(sub, s.json_path);
 }
@@ -308,7 +310,7 @@ int run(const Settings& s) {
     return exit_setup;
   }
   if (!check_json_path("latt", s.json_path)) return exit_setup;
-  Runtime rt(runtime_options(s.topology, s.policy, s.placement));
+  Runtime rt(runtime_options(s.topology, s.policy, s.placement, s.slice_us));
   const auto in = make_input(std::size_t{s.work_kb} * 1024);
   const std::size_t compressed = Compressor(in.size()).compress(in); // the reference every client must match
   print_latt_header(s, rt, compressed);

@@ -44,6 +44,7 @@ void add_options(CLI::App& sub, Settings& s) {
                "our loops otherwise pay, as sysbench does, so that our figures compare with its");
   add_topology_option(sub, s.topology, true);
   add_policy_option(sub, s.policy);
+  add_slice_option(sub, s.slice_us);
   std::vector<std::string> names;
   for (const auto& c : configs) names.emplace_back(c.name);
   sub.add_option("--config", s.only, "Run only these configurations (repeatable; default: all)")
@@ -181,7 +182,7 @@ int run(const Settings& s) {
     return exit_setup;
   }
   // A core named with --core is the user's choice: no fallback then.
-  const Options opts = runtime_options(s.core ? s.topology : smt_topology("matrix", s.topology), s.policy, {});
+  const Options opts = runtime_options(s.core ? s.topology : smt_topology("matrix", s.topology), s.policy, {}, s.slice_us);
   auto rt_owner = std::make_unique<Runtime>(opts); // one runtime for every run, as one long-lived process would be
   Runtime& rt = *rt_owner;
   const auto place = choose_place(s, rt.topology());

@@ -29,6 +29,7 @@ struct Settings {
   bool sysbench_bookkeeping = true;   ///< pay sysbench's per-event clock reads, mutex and histogram
   std::string topology;
   std::optional<FairnessPolicy> policy;
+  std::optional<unsigned> slice_us;
   std::string json_path;
   bool compare_sysbench = false;
   bool compare_kernel = false;

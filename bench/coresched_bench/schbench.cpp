@@ -32,6 +32,7 @@ struct Settings {
   bool compare = false;
   std::string topology;
   std::optional<FairnessPolicy> policy;
+  std::optional<unsigned> slice_us;
   std::string json_path;
 };
 
@@ -53,6 +54,7 @@ void add_options(CLI::App& sub, Settings& s) {
       ->excludes(placement);
   add_topology_option(sub, s.topology, false);
   add_policy_option(sub, s.policy);
+  add_slice_option(sub, s.slice_us);
   add_json_option(sub, s.json_path);
 }
 
@@ -217,7 +219,7 @@ void write_results(JsonWriter& j, const std::vector<Result>& rs) {
 }
 
 int run(const Settings& s) {
-  const auto runtimes = variants(runtime_options(s.topology, s.policy, s.placement), s.compare, &Options::placement,
+  const auto runtimes = variants(runtime_options(s.topology, s.policy, s.placement, s.slice_us), s.compare, &Options::placement,
                                  {Placement::mask, Placement::scan});
   return run_variants<Result>(
       "schbench", s.json_path, runtimes, [&](const Runtime& rt) { print_schbench_header(s, rt); },

@@ -31,6 +31,7 @@ struct Settings {
   double time_s = 5;
   unsigned runs = 3;
   std::optional<FairnessPolicy> policy;
+  std::optional<unsigned> slice_us;
   bool compare = false;
   std::string topology;
   std::optional<Placement> placement;
@@ -52,6 +53,7 @@ void add_options(CLI::App& sub, Settings& s) {
   sub.add_option("--time", s.time_s, "Seconds per run")->capture_default_str()->check(positive_seconds());
   sub.add_option("--runs", s.runs, "Runs per policy")->capture_default_str()->check(CLI::Range(1u, 100000u));
   auto* policy = add_policy_option(sub, s.policy);
+  add_slice_option(sub, s.slice_us);
   sub.add_flag("--compare", s.compare, "Run under core_vruntime, then forceidle_balance, and print the ratios")
       ->excludes(policy);
   add_topology_option(sub, s.topology, true);
@@ -370,7 +372,7 @@ bool results_ok(const std::vector<Result>& rs) {
 }
 
 int run(Settings s) {
-  const Options base = runtime_options(smt_topology("tenants", s.topology), s.policy, s.placement);
+  const Options base = runtime_options(smt_topology("tenants", s.topology), s.policy, s.placement, s.slice_us);
   progress_line("tenants", fmt::format("filling a {} MiB table ...", s.table_mb));
   const Shared shared{GemmInputs(), make_table(s.table_mb)};
   const auto runtimes =

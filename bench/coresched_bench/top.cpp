@@ -26,6 +26,7 @@ struct Settings {
   unsigned interval_ms = 1000;
   bool json = false;
   std::optional<FairnessPolicy> policy;
+  std::optional<unsigned> slice_us;
   std::string topology;
 };
 
@@ -41,6 +42,7 @@ void add_options(CLI::App& sub, Settings& s) {
       ->capture_default_str()->check(CLI::Range(10u, 3'600'000u));
   sub.add_flag("--json", s.json, "One JSON object per frame on stdout instead of the table");
   add_policy_option(sub, s.policy);
+  add_slice_option(sub, s.slice_us);
   add_topology_option(sub, s.topology, true);
 }
 
@@ -54,7 +56,7 @@ void compute(std::chrono::nanoseconds ns) {
 }
 
 int run(const Settings& s) {
-  Runtime rt(runtime_options(smt_topology("top", s.topology), s.policy, std::nullopt));
+  Runtime rt(runtime_options(smt_topology("top", s.topology), s.policy, std::nullopt, s.slice_us));
   const unsigned pus = static_cast<unsigned>(rt.topology().pus().size());
   const unsigned per = s.fibers ? s.fibers : pus;
   if (!s.json)

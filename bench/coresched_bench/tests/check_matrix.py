@@ -35,4 +35,12 @@ assert 0.15 <= ratio_cpu <= 0.8, f"both tagged cpu / Alone = {ratio_cpu:.2f}"
 assert 0.15 <= ratio_mem <= 0.8, f"both tagged mem / no tag mem = {ratio_mem:.2f}"
 assert both["forced_idle_pct"]["avg"] > 30, both["forced_idle_pct"]
 assert rows["no tag"]["forced_idle_pct"]["avg"] < 5
+# --slice-us reaches the runtime (Options::slice); a bad one fails with a message.
+with tempfile.NamedTemporaryFile(suffix=".json") as out:
+    subprocess.run([bench, "matrix", "--topology", "package:1 l3cache:1 core:1 pu:2", "--time", "0.3", "--runs", "1",
+                    "--config", "Alone", "--slice-us", "4000", "--json", out.name], check=True, stdout=subprocess.DEVNULL)
+    assert json.load(open(out.name))["slice_us"] == 4000
+for bad in ("0", "x"):
+    p = subprocess.run([bench, "matrix", "--slice-us", bad], capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0 and "slice-us" in p.stderr + p.stdout, (bad, p.returncode, p.stderr)
 print(f"matrix JSON ok: both tagged cpu {ratio_cpu:.2f} of Alone, mem {ratio_mem:.2f} of no tag")

@@ -78,11 +78,13 @@ def latt(bench):
     # A background process is killed at the end, with its children: this must not wait a minute.
     t0 = time.monotonic()
     d = run_json(bench, ["latt", "--topology", SYNTHETIC, "-c", "2", "--runs", "2", "--min-wait", "5", "--max-wait",
-                         "10", "--load-cmd", "sleep 60 & sleep 60"], timeout=30)
+                         "10", "--load-cmd", "sleep 60 & sleep 60", "--slice-us", "2000"], timeout=30)
     assert time.monotonic() - t0 < 10, "the load command was not killed"
     assert d["load"]["cmd"] == "sleep 60 & sleep 60" and d["load"]["cmd_exited_early"] is False, d["load"]
     assert d["rounds"] == 2 and d["entries"] == 4, d
+    assert d["slice_us"] == 2000, d["slice_us"]  # --slice-us reaches the runtime
     rejects(bench, ["latt", "--min-wait", "600", "--max-wait", "500"], "min above max")
+    rejects(bench, ["latt", "--slice-us", "0"], "zero slice")
     rejects(bench, ["latt", "--time", "0"], "zero time")
     return f"{d['entries']} entries"
 
