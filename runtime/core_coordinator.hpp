@@ -236,6 +236,8 @@ public:
     queued_.fetch_sub(1, std::memory_order_relaxed);
     return true;
   }
+  /// Any thread, no lock: whether the spawn ring holds fibers (a hint).
+  bool spawned_waiting() const noexcept { return !spawned_.empty(); }
   /// Wake-affine placements onto this core so far (affine_grace.hpp).
   std::uint32_t affine_seq() const noexcept { return affine_seq_.load(std::memory_order_relaxed); }
   /// Under lock(): a fiber running here woke a fiber onto this core to run next.

@@ -184,8 +184,8 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
   } else if (local) {
     // Spawned by a fiber: queue locally (cache-warm); a backlog wakes a helper to steal.
     f->last_worker = here->index();
-    here->enqueue_spawned(f);
-    if (here->core().queued_hint() > 1) wake_helper(*here);
+    const bool on_ring = here->enqueue_spawned(f);
+    if (here->core().queued_hint() > 1) wake_helper(*here, on_ring ? Help::spawned : Help::queued);
   } else {
     f->last_worker = next_external_.fetch_add(1, std::memory_order_relaxed) % static_cast<unsigned>(workers_.size());
     place(f, Arrival::spawned);
@@ -287,7 +287,8 @@ bool Scheduler::try_start_spinning() noexcept {
   }
 }
 
-bool Scheduler::wake_helper(const Worker& from, bool for_backlog) {
+bool Scheduler::wake_helper(const Worker& from, Help why) {
+  const bool for_backlog = why == Help::backlog;
   if (!for_backlog && spinning_.load(std::memory_order_relaxed) > 0) return true; // a spinner will find the work
   const unsigned nllc = placement_->llc_count();
   for (unsigned i = 0; i < nllc; ++i) {
@@ -305,7 +306,22 @@ bool Scheduler::wake_helper(const Worker& from, bool for_backlog) {
       // running another cookie, and a single-PU worker slept).
       if (for_backlog && (w.pu().core == from.pu().core || w.core().running_cookie() != kNoCookie)) return false;
       WakeList wakes;
-      w.core().lock().lock();
+      if (why == Help::spawned && w.core().single_pu()) {
+        // Taken: that worker is awake (picking, stealing, adopting), or
+        // going to sleep, and then it looks at the rings once more after its
+        // fence; or a waker queues there and wakes it. Waiting for the lock
+        // was the spawner's spin here (1M spawns: 7 % of the samples). An SMT
+        // core's lock is also its busy siblings' (and an SMT worker does not
+        // look at the rings before sleeping): wait for it.
+        // The fence orders the ring slot written before the lock is read; the
+        // worker going to sleep publishes `sleeping`, unlocks and then reads
+        // the rings, in the other order. So either this call finds the lock
+        // free (and `sleeping` under it), or that worker finds the fiber.
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (!w.core().lock().try_lock()) return false;
+      } else {
+        w.core().lock().lock();
+      }
       Sibling& s = w.sibling();
       if (s.sleeping && !(for_backlog && s.forced_idle)) {
         s.sleeping = false;
@@ -318,6 +334,12 @@ bool Scheduler::wake_helper(const Worker& from, bool for_backlog) {
     });
     if (woke) return true;
   }
+  return false;
+}
+
+bool Scheduler::spawns_waiting_elsewhere(const Worker& w) const noexcept {
+  for (const auto& c : cores_)
+    if (c->index() != w.pu().core && c->single_pu() && c->spawned_waiting()) return true;
   return false;
 }
 
@@ -391,7 +413,7 @@ bool Scheduler::tick() {
     // A sleeping worker of another core that can take any cookie
     // (wake_helper's for_backlog); if none could be woken, the next tick
     // tries again, and the rescue may move the backlog meanwhile.
-    if (!w.backlog_shared && w.core().queued_hint() > 0 && idle_hint()) w.backlog_shared = wake_helper(w, true);
+    if (!w.backlog_shared && w.core().queued_hint() > 0 && idle_hint()) w.backlog_shared = wake_helper(w, Help::backlog);
     if (w.ticks_same >= 4 && stall_ns_ > 0 && !w.stall_reported) check_stall(w);
   }
   // After the loop: every worker's ticks_same is this tick's.

@@ -58,13 +58,27 @@ public:
   bool stopping() const noexcept { return stopping_.load(std::memory_order_acquire); }
   /// Fibers spawned and not yet finished (exact once nothing can spawn).
   std::uint64_t live_fibers() const noexcept;
-  /// Called by a worker whose own queue has a backlog: wake a sleeping one,
-  /// unless one spins. Returns whether one was woken or spins. `for_backlog`
-  /// (the slice tick's rule, for a runner that reaches no preemption point):
-  /// only a worker of another core that can steal any cookie (no sibling of
-  /// its core runs one), and a spinner does not count (it may be limited to
-  /// one cookie); the caller then relies on it to take the backlog.
-  bool wake_helper(const Worker& from, bool for_backlog = false);
+  /// Why wake_helper is called.
+  enum class Help : std::uint8_t {
+    /// Fibers wait in the caller's core queue.
+    queued,
+    /// The caller has just put a fiber on its spawn ring. A worker going to
+    /// sleep looks at the rings once more (sleep_once), so a single-PU
+    /// worker whose core lock is taken (it is awake, or about to look) is
+    /// passed by instead of waited for.
+    spawned,
+    /// The slice tick's rule, for a runner that reaches no preemption point:
+    /// only a worker of another core that can steal any cookie (no sibling
+    /// of its core runs one), and a spinner does not count (it may be limited
+    /// to one cookie); the caller then relies on it to take the backlog.
+    backlog,
+  };
+  /// Called by a worker whose own core has a backlog: wake a sleeping one,
+  /// unless one spins. Returns whether one was woken or spins.
+  bool wake_helper(const Worker& from, Help why = Help::queued);
+  /// Whether a spawn ring of another single-PU core holds fibers that `w`
+  /// could steal (a worker about to sleep looks once more: see sleep_once).
+  bool spawns_waiting_elsewhere(const Worker& w) const noexcept;
   /// A worker enters or leaves the idle loop.
   void note_idle(const Worker& w, bool idle) noexcept;
   /// Whether some worker is idle (a relaxed hint).

@@ -317,7 +317,7 @@ void Worker::spill_local_locked() {
   while (Fiber* f = local_.pop()) core_.requeue_locked(sibling_, f);
 }
 
-void Worker::enqueue_spawned(Fiber* f) {
+bool Worker::enqueue_spawned(Fiber* f) {
   f->vtime = sib_->vfloor.load(std::memory_order_relaxed); // Arrival::spawned, as enqueue_locked gives it
   // A fiber another worker may run goes on the spawn ring, where a thief
   // finds it without the core lock (spawn_ring.hpp). Always, not only while
@@ -328,10 +328,10 @@ void Worker::enqueue_spawned(Fiber* f) {
   // children started in 200 ms, "fibers spawned while another worker idles
   // are stolen while their spawner runs on"), and from the rescue.
   if (ring_spawns_ && f->pinned == kNotPinned) {
-    if (core_.push_spawned(f)) return;
+    if (core_.push_spawned(f)) return true;
   } else if (local_ok(f)) {
     local_.push(f); // pinned here, or the runtime's only worker
-    return;
+    return false;
   }
   WakeList wakes;
   core_.lock().lock();
@@ -340,6 +340,7 @@ void Worker::enqueue_spawned(Fiber* f) {
   core_.enqueue_locked(sibling_, f, wakes, Arrival::spawned);
   core_.lock().unlock();
   wakes.notify();
+  return false;
 }
 
 Pick Worker::pick() {

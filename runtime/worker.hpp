@@ -135,8 +135,9 @@ public:
   /// switched out) are not placed wake-affine: the running fiber did not wake
   /// them and may well run on.
   bool waking_for_runtime() const noexcept { return waking_for_runtime_; }
-  /// Queues a new fiber spawned by the running fiber on this worker.
-  void enqueue_spawned(Fiber* f);
+  /// Queues a new fiber spawned by the running fiber on this worker. Returns
+  /// whether it went on the core's spawn ring.
+  bool enqueue_spawned(Fiber* f);
   /// Changes the running fiber's cookie, yielding if a sibling conflicts.
   void set_cookie(std::uint64_t cookie);
   /// The isolation rule's one gate back into user code that did not come

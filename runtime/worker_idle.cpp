@@ -8,6 +8,7 @@
 #include "clock.hpp"
 #include "scheduler.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <immintrin.h>
 #include <thread>
@@ -141,6 +142,22 @@ bool Worker::sleep_once() {
   // shutdown waiting for ever: fuzzer seed 242921). The core lock orders the
   // two: either the waker saw `sleeping`, or this load sees `stopping`.
   if (sched_.stopping() && !stop_cancelled_ && (ring_.inflight() != 0 || ring_.deferring())) return true;
+  // A spawner on another single-PU core passes this worker by while its core
+  // lock is taken (Scheduler::wake_helper, Help::spawned), so look at the
+  // spawn rings once more, now that `sleeping` is published (the fence pairs
+  // with the spawner's), and steal rather than sleep if one holds fibers, as
+  // Go's M looks at every P's queue once more before it stops. This also
+  // covers a spawn between this worker's last steal and its lock above. Only
+  // a worker that steals from the rings: on a single-PU core, any cookie.
+  if (ring_spawns_ && p.steal == Pick::Steal::any) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (sched_.spawns_waiting_elsewhere(*this)) {
+      core_.lock().lock();
+      sibling().sleeping = false;
+      core_.lock().unlock();
+      return false;
+    }
+  }
   close_segment(now_ns());
   sleeps_.fetch_add(1, std::memory_order_relaxed);
   // Sleep in the io_uring: an I/O completion or a waker's eventfd write ends
