@@ -57,6 +57,27 @@ private:
 
 class IoRing;
 
+/// A flag written only under the core lock. Read under it too, except by a
+/// spawner deciding whether a single-PU worker needs waking
+/// (Scheduler::wake_helper, Help::spawned), which reads it without the lock.
+/// The worker sets it before the seq_cst fence in Worker::sleep_once and then
+/// reads the other cores' queued counts; the spawner adds to its count
+/// (seq_cst) and then reads this (seq_cst). In the one total order of seq_cst
+/// operations and fences, either the read comes after the fence and sees
+/// `true`, or the add comes before it and the worker sees the count.
+class LockedFlag {
+public:
+  operator bool() const noexcept { return v_.load(std::memory_order_relaxed); }
+  LockedFlag& operator=(bool b) noexcept {
+    v_.store(b, std::memory_order_relaxed);
+    return *this;
+  }
+  bool read_unlocked() const noexcept { return v_.load(std::memory_order_seq_cst); }
+
+private:
+  std::atomic<bool> v_{false};
+};
+
 /// The per-PU part of a core's state.
 struct Sibling {
   unsigned worker = 0;  // global worker index
@@ -71,7 +92,7 @@ struct Sibling {
   // Within-cookie fairness (fiber_vtime.hpp), relaxed: written by the worker
   // as it starts a fiber, read by wakers under the lock.
   std::atomic<std::uint32_t> vfloor{0}; // the largest vtime started here (CFS's min_vruntime)
-  bool sleeping = false;    // guarded: the worker is (about to be) blocked on wake_word
+  LockedFlag sleeping;      // the worker is (about to be) blocked on wake_word
   bool forced_idle = false; // guarded: idle although the core has runnable fibers
 };
 
@@ -219,7 +240,9 @@ public:
   /// paths (local_ok) stay off while any wait there, and thieves look here.
   bool push_spawned(Fiber* f) noexcept {
     if (!spawned_.push(f)) return false;
-    queued_.fetch_add(1, std::memory_order_relaxed);
+    // seq_cst: pairs with the fence of a worker about to sleep (see
+    // LockedFlag); on x86 the same locked add as a relaxed one.
+    queued_.fetch_add(1, std::memory_order_seq_cst);
     return true;
   }
   /// Any thread, no lock: takes half the spawn ring (at most `max`) for
@@ -236,8 +259,6 @@ public:
     queued_.fetch_sub(1, std::memory_order_relaxed);
     return true;
   }
-  /// Any thread, no lock: whether the spawn ring holds fibers (a hint).
-  bool spawned_waiting() const noexcept { return !spawned_.empty(); }
   /// Wake-affine placements onto this core so far (affine_grace.hpp).
   std::uint32_t affine_seq() const noexcept { return affine_seq_.load(std::memory_order_relaxed); }
   /// Under lock(): a fiber running here woke a fiber onto this core to run next.

@@ -28,7 +28,9 @@ public:
   /// Calls f(bit) for each set bit until f returns true; returns that bit or -1.
   template <class F> int find(F&& f) const {
     for (unsigned w = 0; w < nwords_; ++w) {
-      for (std::uint64_t m = words_[w].load(std::memory_order_acquire); m; m &= m - 1) {
+      // seq_cst (a plain load on x86, as acquire): a spawner's wake_helper
+      // relies on it (see LockedFlag in core_coordinator.hpp).
+      for (std::uint64_t m = words_[w].load(std::memory_order_seq_cst); m; m &= m - 1) {
         const unsigned bit = w * 64 + static_cast<unsigned>(std::countr_zero(m));
         if (f(bit)) return static_cast<int>(bit);
       }

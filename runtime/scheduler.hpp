@@ -62,10 +62,9 @@ public:
   enum class Help : std::uint8_t {
     /// Fibers wait in the caller's core queue.
     queued,
-    /// The caller has just put a fiber on its spawn ring. A worker going to
-    /// sleep looks at the rings once more (sleep_once), so a single-PU
-    /// worker whose core lock is taken (it is awake, or about to look) is
-    /// passed by instead of waited for.
+    /// The caller has just put a fiber on its spawn ring. A single-PU worker
+    /// about to sleep looks at the other cores once more (sleep_once), so
+    /// one that does not yet say it sleeps is passed by without its lock.
     spawned,
     /// The slice tick's rule, for a runner that reaches no preemption point:
     /// only a worker of another core that can steal any cookie (no sibling
@@ -76,9 +75,10 @@ public:
   /// Called by a worker whose own core has a backlog: wake a sleeping one,
   /// unless one spins. Returns whether one was woken or spins.
   bool wake_helper(const Worker& from, Help why = Help::queued);
-  /// Whether a spawn ring of another single-PU core holds fibers that `w`
-  /// could steal (a worker about to sleep looks once more: see sleep_once).
-  bool spawns_waiting_elsewhere(const Worker& w) const noexcept;
+  /// Whether another single-PU core has fibers queued (its spawn ring's
+  /// included), which `w` may be able to steal: a worker about to sleep looks
+  /// once more (Worker::sleep_once).
+  bool queued_elsewhere(const Worker& w) const noexcept;
   /// A worker enters or leaves the idle loop.
   void note_idle(const Worker& w, bool idle) noexcept;
   /// Whether some worker is idle (a relaxed hint).

@@ -203,6 +203,7 @@ private:
   void bind_to_cpu();
   void idle_loop();
   Fiber* find_work();
+  bool steal_and_adopt(const Pick& p, bool unsleep);
   bool sleep_once();
   void switch_to(Fiber* next, After after);
   void jump(Fiber& from, Fiber& to, bool from_ends);

@@ -70,14 +70,7 @@ Fiber* Worker::find_work() {
       return nullptr;
     }
     poll_io();
-    Fiber* stolen[Scheduler::kStealBatch];
-    if (const unsigned n = sched_.steal_for(*this, p, stolen)) {
-      steals_.fetch_add(n, std::memory_order_relaxed);
-      core_.lock().lock();
-      for (unsigned i = 0; i < n; ++i) core_.adopt_locked(sibling_, stolen[i]);
-      core_.lock().unlock();
-      continue;
-    }
+    if (steal_and_adopt(p, false)) continue;
     if (!spinning && !forced_) spinning = sched_.try_start_spinning();
     const int limit = forced_ ? kForcedIdleSpinRounds : spinning ? kIdleSpinRounds : kUnclaimedSpinRounds;
     if (rounds < limit) {
@@ -115,6 +108,20 @@ Fiber* Worker::find_work() {
   }
 }
 
+// Steals for pick `p` and queues what it took on this PU. `unsleep`: this
+// worker has said it sleeps (sleep_once's last look) and now does not.
+bool Worker::steal_and_adopt(const Pick& p, bool unsleep) {
+  Fiber* stolen[Scheduler::kStealBatch];
+  const unsigned n = sched_.steal_for(*this, p, stolen);
+  if (n == 0) return false;
+  steals_.fetch_add(n, std::memory_order_relaxed);
+  core_.lock().lock();
+  if (unsleep) sibling().sleeping = false;
+  for (unsigned i = 0; i < n; ++i) core_.adopt_locked(sibling_, stolen[i]);
+  core_.lock().unlock();
+  return true;
+}
+
 // Sleeps unless work arrived. The pick and the `sleeping` flag are set under
 // the core lock, and every waker queues under that lock and then checks the
 // flag, so a wake-up cannot fall between the check and the sleep.
@@ -142,21 +149,19 @@ bool Worker::sleep_once() {
   // shutdown waiting for ever: fuzzer seed 242921). The core lock orders the
   // two: either the waker saw `sleeping`, or this load sees `stopping`.
   if (sched_.stopping() && !stop_cancelled_ && (ring_.inflight() != 0 || ring_.deferring())) return true;
-  // A spawner on another single-PU core passes this worker by while its core
-  // lock is taken (Scheduler::wake_helper, Help::spawned), so look at the
-  // spawn rings once more, now that `sleeping` is published (the fence pairs
-  // with the spawner's), and steal rather than sleep if one holds fibers, as
-  // Go's M looks at every P's queue once more before it stops. This also
-  // covers a spawn between this worker's last steal and its lock above. Only
-  // a worker that steals from the rings: on a single-PU core, any cookie.
+  // A spawner on another single-PU core passes this worker by unless it says
+  // it sleeps (Scheduler::wake_helper, Help::spawned). So, now that `sleeping`
+  // is published, look at the other single-PU cores once more (the fence
+  // pairs with the spawner's seq_cst add: see LockedFlag) and steal rather
+  // than sleep if one has fibers this worker can take, as Go's M looks at
+  // every P's queue once more before it stops. This also covers a spawn
+  // between this worker's last steal and its lock above. If nothing can be
+  // taken (pinned fibers, a thieves' grace, another thief was first) it
+  // sleeps: a later spawner sees `sleeping`. Only a worker that may take any
+  // cookie from the rings: a single-PU core's.
   if (ring_spawns_ && p.steal == Pick::Steal::any) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (sched_.spawns_waiting_elsewhere(*this)) {
-      core_.lock().lock();
-      sibling().sleeping = false;
-      core_.lock().unlock();
-      return false;
-    }
+    if (sched_.queued_elsewhere(*this) && steal_and_adopt(p, true)) return false;
   }
   close_segment(now_ns());
   sleeps_.fetch_add(1, std::memory_order_relaxed);
