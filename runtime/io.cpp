@@ -101,6 +101,9 @@ template <class Prep> Result run(const detail::WaitInfo& why, const OpOptions& o
   // `stopping` before this load does.
   const bool refused = o.cancel && !CancellationAccess::attach(*o.cancel, &ring, &op);
   if (refused || w.scheduler().stopping()) ring.request_cancel(&op, op.seq);
+  // The worker may stay busy with other fibers: the ticker then asks it for
+  // a scheduling point once the completion is in, within a quarter slice.
+  w.scheduler().want_fine_ticks();
   op.fiber->state.store(detail::FiberState::parking, std::memory_order_release);
   w.park(why); // submits the SQE, now or with the worker's next batch (Worker::poll_io) // `w` may be another worker when we resume; only `op` is used below
   if (o.cancel) CancellationAccess::detach(*o.cancel);

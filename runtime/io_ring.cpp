@@ -96,7 +96,7 @@ io_uring_sqe* IoRing::prepare(IoOp* op) {
   io_uring_sqe_set_data64(sqe, tagged(op, kTagOp));
   op->seq = next_seq_++;
   inflight_ops_.insert(op);
-  ++inflight_;
+  add_inflight(+1);
   return sqe;
 }
 
@@ -237,7 +237,7 @@ void IoRing::complete(io_uring_cqe* cqe, std::vector<Fiber*>& done) {
     // A multishot request: in flight until a CQE without F_MORE.
     const bool last = !(cqe->flags & IORING_CQE_F_MORE);
     if (last) {
-      --inflight_;
+      add_inflight(-1);
       inflight_ops_.erase(op);
     }
     op->on_cqe(op, *cqe, last, done); // may free `op` when `last`
@@ -251,7 +251,7 @@ void IoRing::complete(io_uring_cqe* cqe, std::vector<Fiber*>& done) {
   // Wake the fiber only when every CQE that names its op has arrived: the op
   // lives on the fiber's stack.
   if (--op->pending == 0) {
-    --inflight_;
+    add_inflight(-1);
     inflight_ops_.erase(op);
     done.push_back(op->fiber);
   }
@@ -267,7 +267,7 @@ void IoRing::reap(std::vector<Fiber*>& done, bool submit_now) {
     submit();
     // What the submission completed at once (a timer already due, a send)
     // is posted at the next entry: collect it now, not a tick later.
-    if (inflight_ > 0 && events_pending()) io_uring_get_events(&ring_);
+    if (inflight() > 0 && events_pending()) io_uring_get_events(&ring_);
   }
   io_uring_cqe* cqe;
   unsigned head, n = 0;

@@ -100,8 +100,8 @@ public:
   }
   /// Whether SQEs are being held back to be submitted in a batch (owner thread only).
   bool deferring() const noexcept { return deferred_since_.load(std::memory_order_relaxed) != 0; }
-  /// Operations in flight (owner thread only).
-  unsigned inflight() const noexcept { return inflight_; }
+  /// Operations in flight (any thread: the ticker reads it, see Ticker).
+  unsigned inflight() const noexcept { return inflight_.load(std::memory_order_relaxed); }
   /// Any thread: cancellations or posted work wait for the owner.
   bool remote_pending() const noexcept { return remote_pending_.load(std::memory_order_relaxed); }
 
@@ -128,7 +128,10 @@ private:
   unsigned setup_flags_ = 0;
   int event_fd_ = -1;
   std::uint64_t event_value_ = 0;
-  unsigned inflight_ = 0;
+  // Written by the owner only (so a load and a store, not a locked RMW);
+  // atomic because the ticker reads it.
+  std::atomic<unsigned> inflight_{0};
+  void add_inflight(int d) noexcept { inflight_.store(inflight_.load(std::memory_order_relaxed) + d, std::memory_order_relaxed); }
   // When a reap first left queued SQEs unsubmitted; 0: none. Written by the
   // owner only; atomic because the ticker reads it (needs_attention()).
   std::atomic<std::uint64_t> deferred_since_{0};

@@ -73,7 +73,7 @@ Scheduler::Scheduler(Options options, Runtime* owner)
     });
     steal_order_.push_back(std::move(order));
   }
-  ticker_ = std::make_unique<Ticker>(std::chrono::nanoseconds(options_.slice) / 4, [this] { return tick(); });
+  ticker_ = std::make_unique<Ticker>(std::chrono::nanoseconds(options_.slice) / 4, [this](unsigned units) { return tick(units); });
   if (options_.kernel_cookie) maybe_kernel_cookie();
   const int dump_signal = resolve_dump_signal(options_.dump_signal);
   log().info("{}", topology_.describe());
@@ -369,31 +369,37 @@ unsigned Scheduler::steal_for(Worker& thief, const Pick& p, Fiber** out) {
 
 // The slice tick. A worker whose switch count has not moved for a whole slice
 // (or half of one while a sibling is forced idle, the kernel's rule) is asked
-// to yield at its next preemption point.
-bool Scheduler::tick() {
-  ticks_.store(ticks_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); // only the ticker writes it
-  bool any_busy = false;
+// to yield at its next preemption point. Counted in quarter slices, `units` of
+// which passed since the last tick (one, unless the ticker was coarse).
+Ticker::Seen Scheduler::tick(unsigned units) {
+  ticks_.store(ticks_.load(std::memory_order_relaxed) + units, std::memory_order_relaxed); // only the ticker writes it
+  Ticker::Seen seen;
   for (auto& wp : workers_) {
     Worker& w = *wp;
     const bool busy = w.busy.load(std::memory_order_relaxed);
+    if (!busy) {
+      w.tick_seen = w.switches.load(std::memory_order_relaxed);
+      reset_run(w);
+      continue;
+    }
+    seen.busy = true;
+    const bool sibling_waits = w.core().forced_idle_count() > 0;
+    // What the fine period is for: a backlog to share or rescue, a hand-over
+    // to time, completions to reap. With none of these on any busy worker a
+    // slice-end preemption would only reschedule the runner (Ticker).
+    seen.waiting |= sibling_waits || w.core().queued_hint() > 0 || w.io_in_flight();
     // A busy worker collects its I/O and timer completions, and submits the
     // SQEs it deferred, only at scheduling points: ask for one as soon as it
     // has either, or a fiber whose sleep ended would wait for the rest of the
     // running fiber's slice.
-    if (busy && w.io_needs_attention()) w.sibling().preempt.store(true, std::memory_order_relaxed);
+    if (w.io_needs_attention()) w.sibling().preempt.store(true, std::memory_order_relaxed);
     const std::uint64_t sw = w.switches.load(std::memory_order_relaxed);
-    if (!busy || sw != w.tick_seen) {
+    if (sw != w.tick_seen) {
       w.tick_seen = sw;
-      w.ticks_same = 0;
-      w.stall_reported = false;
-      w.stall_cpu_base = 0;
-      w.backlog_shared = false;
-      any_busy |= busy;
+      reset_run(w);
       continue;
     }
-    any_busy = true;
-    ++w.ticks_same;
-    const bool sibling_waits = w.core().forced_idle_count() > 0;
+    w.ticks_same += static_cast<int>(units);
     if (w.ticks_same >= 4 || (sibling_waits && w.ticks_same >= 2)) {
       w.sibling().preempt.store(true, std::memory_order_relaxed);
       // A sibling forced idle for another cookie takes the core when this
@@ -418,8 +424,16 @@ bool Scheduler::tick() {
     if (w.ticks_same >= 4 && stall_ns_ > 0 && !w.stall_reported) check_stall(w);
   }
   // After the loop: every worker's ticks_same is this tick's.
-  if (any_busy) rescue_queued();
-  return any_busy;
+  if (seen.busy) rescue_queued();
+  return seen;
+}
+
+// A new run (or none): the tick's per-run state starts again.
+void Scheduler::reset_run(Worker& w) noexcept {
+  w.ticks_same = 0;
+  w.stall_reported = false;
+  w.stall_cpu_base = 0;
+  w.backlog_shared = false;
 }
 
 void Scheduler::prewake_forced(Worker& w) {
@@ -553,6 +567,7 @@ Stats Scheduler::stats() {
   std::sort(st.cookies.begin(), st.cookies.end(),
             [](const CookieStats& a, const CookieStats& b) { return a.cookie.value() < b.cookie.value(); });
   st.isolation_violations = isolation_violations.load(std::memory_order_relaxed);
+  st.ticks = ticker_->wakeups();
   return st;
 }
 

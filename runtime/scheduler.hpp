@@ -86,13 +86,18 @@ public:
   /// Whether an idle worker may spin now (at most half of the idle ones).
   bool try_start_spinning() noexcept;
   void stop_spinning() noexcept { spinning_.fetch_sub(1, std::memory_order_relaxed); }
-  /// The slice tick; returns whether any worker is busy.
-  bool tick();
+  /// The slice tick, `units` quarter slices after the last one (Ticker).
+  Ticker::Seen tick(unsigned units);
   /// Ticks so far: the unit fibers are charged in (fiber_vtime.hpp).
   std::uint32_t ticks() const noexcept { return ticks_.load(std::memory_order_relaxed); }
   const std::atomic<std::uint32_t>& tick_counter() const noexcept { return ticks_; }
-  /// A worker became busy: make sure the tick runs.
+  /// A worker became busy: make sure the tick runs (a restart ticks at the
+  /// fine period for a hold). Not a poke each time: this is on the wake-up
+  /// path, and a busy worker's backlog is seen at the next tick, fine or coarse.
   void note_busy() { if (!ticker_->ticking()) ticker_->poke(); }
+  /// A fiber begins I/O on a busy worker: its completion must be reaped
+  /// within a quarter slice, so the tick must be fine (one relaxed load when it is).
+  void want_fine_ticks() { if (!ticker_->fine()) ticker_->poke(); }
 
   /// Chooses a worker for a woken fiber (mask or scan).
   unsigned choose_worker(const Fiber& f, unsigned prev) const;
@@ -120,6 +125,7 @@ private:
   void place_affine(Worker& here, Fiber* f);
   void prewake_forced(Worker& w);
   void check_stall(Worker& w);
+  static void reset_run(Worker& w) noexcept;
   /// The ticker moves fibers queued behind runners that ignore their
   /// preempt request (rescue.cpp).
   void rescue_queued();

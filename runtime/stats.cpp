@@ -47,6 +47,7 @@ std::string Stats::to_table() const {
   for (const auto& w : workers)
     out += fmt::format("{:>10} {:>12} {:>10} {:>10} {:>10} {:>10}\n", w.worker, w.switches, w.steals, w.sleeps, w.stalls,
                        w.rescued);
+  out += fmt::format("ticks: {}\n", ticks);
   out += fmt::format("isolation violations: {}\n", isolation_violations);
   return out;
 }

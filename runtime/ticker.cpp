@@ -5,7 +5,8 @@
 
 namespace coresched::detail {
 
-Ticker::Ticker(std::chrono::nanoseconds period, std::function<bool()> tick) : period_(period), tick_(std::move(tick)) {
+Ticker::Ticker(std::chrono::nanoseconds period, std::function<Seen(unsigned)> tick)
+    : period_(period), tick_(std::move(tick)) {
   thread_ = std::thread([this] { run(); });
   pthread_setname_np(thread_.native_handle(), "coresched-tick");
 }
@@ -14,10 +15,10 @@ Ticker::~Ticker() { stop(); }
 
 void Ticker::poke() {
   std::lock_guard lk(mu_);
-  if (!ticking_.load(std::memory_order_relaxed)) {
-    ticking_.store(true, std::memory_order_relaxed);
-    cv_.notify_one();
-  }
+  hold_ = kFineHold;
+  if (fine_.load(std::memory_order_relaxed)) return;
+  fine_.store(true, std::memory_order_relaxed);
+  cv_.notify_one(); // cuts a coarse wait short, or restarts a stopped ticker
 }
 
 void Ticker::stop() {
@@ -31,21 +32,45 @@ void Ticker::stop() {
 }
 
 void Ticker::run() {
+  using clock = std::chrono::steady_clock;
   std::unique_lock lk(mu_);
-  int idle_ticks = 0;
+  unsigned idle_units = 0;
+  auto last = clock::now();
   while (!stop_) {
-    if (!ticking_.load(std::memory_order_relaxed)) {
-      cv_.wait(lk, [&] { return stop_ || ticking_.load(std::memory_order_relaxed); });
+    if (stopped_) {
+      cv_.wait(lk, [&] { return stop_ || fine_.load(std::memory_order_relaxed); });
+      stopped_ = false;
+      ticking_.store(true, std::memory_order_relaxed);
+      last = clock::now(); // the time stopped is nobody's run: charge none of it
       continue;
     }
-    if (cv_.wait_for(lk, period_, [&] { return stop_; })) break;
+    // Sleep to the next tick; a poke() during a coarse sleep wakes us to
+    // re-plan at the fine period, counted from the last tick.
+    const bool fine = fine_.load(std::memory_order_relaxed);
+    const auto due = last + period_ * (fine ? 1u : kCoarseUnits);
+    if (cv_.wait_until(lk, due, [&] { return stop_ || (!fine && fine_.load(std::memory_order_relaxed)); })) {
+      if (stop_) break;
+      // Poked while coarse: tick at the first fine boundary not yet passed.
+      const auto next = last + period_ * ((clock::now() - last) / period_ + 1);
+      if (cv_.wait_until(lk, next, [&] { return stop_; })) break;
+    }
+    const auto now = clock::now();
+    const auto units = static_cast<unsigned>(std::max<std::int64_t>(1, (now - last + period_ / 2) / period_));
+    last = now;
+    wakeups_.store(wakeups_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); // one writer
     lk.unlock();
-    // Stop after a stretch with no busy worker; poke() restarts the tick.
-    idle_ticks = tick_() ? 0 : idle_ticks + 1;
+    const Seen seen = tick_(units);
     lk.lock();
-    if (idle_ticks > 64) {
+    if (seen.waiting) hold_ = kFineHold;
+    else if (hold_ > 0) --hold_;
+    fine_.store(hold_ > 0, std::memory_order_relaxed);
+    // Stop after 64 quarter slices with no busy worker; poke() restarts it.
+    idle_units = seen.busy ? 0 : idle_units + units;
+    if (idle_units > 64) {
+      stopped_ = true;
       ticking_.store(false, std::memory_order_relaxed);
-      idle_ticks = 0;
+      fine_.store(false, std::memory_order_relaxed);
+      idle_units = 0;
     }
   }
 }

@@ -1,12 +1,28 @@
 // SPDX-License-Identifier: Apache-2.0
-// The slice tick: one thread per runtime that, every slice/4 while any worker
-// is busy, lets the scheduler flag fibers that ran past their slice. With no
-// busy worker it stops ticking, so an idle runtime costs no CPU.
+// The slice tick: one thread per runtime that lets the scheduler flag fibers
+// that ran past their slice, reap for busy workers, and share backlogs.
+//
+// Its period adapts, because on a virtual machine a timer wake-up is far from
+// free: each one costs ~40-60 us of CPU here (bench/micro, docs/performance.md
+// "The ticker's period"), so a tick every quarter slice took 8-15 % from two
+// CPU-bound workers that had nothing to share. So:
+// - fine, every quarter slice, while something waits for a tick: fibers queued
+//   behind a busy worker, a forced-idle sibling, I/O in flight on a busy worker,
+//   and for a hold of kFineHold ticks after the last such sighting or poke()
+//   (I/O begun on a busy worker, a restart);
+// - coarse, every whole slice, while every busy worker just runs its fiber with
+//   nothing behind it (a slice-end preemption then only reschedules it);
+// - stopped, once no worker has been busy for a while, so an idle runtime
+//   costs no CPU.
+// The tick function is told how many quarter slices passed since the last tick
+// (one when fine, four when coarse, or what a poke cut short), so the fibers'
+// virtual runtime, charged in those units, stays right on average.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -15,26 +31,49 @@ namespace coresched::detail {
 
 class Ticker {
 public:
-  /// `tick` returns whether any worker is busy.
-  Ticker(std::chrono::nanoseconds period, std::function<bool()> tick);
+  /// What a tick reports: whether any worker is busy, and whether something
+  /// waits that needs the next tick at the fine period.
+  struct Seen {
+    bool busy = false;
+    bool waiting = false;
+  };
+  /// Fine ticks kept after the last tick that saw something waiting (two
+  /// slices): a workload whose queues empty and fill between ticks stays fine.
+  static constexpr int kFineHold = 8;
+  /// Quarter slices in a coarse tick.
+  static constexpr unsigned kCoarseUnits = 4;
+
+  /// `tick(units)`: `units` quarter slices have passed since the last tick.
+  Ticker(std::chrono::nanoseconds period, std::function<Seen(unsigned units)> tick);
   ~Ticker();
   Ticker(const Ticker&) = delete;
   Ticker& operator=(const Ticker&) = delete;
 
-  /// Restarts the tick if it stopped (called when a worker gets busy).
+  /// Ticks at the fine period from now on (for a hold), restarting a stopped
+  /// ticker: something may wait for a tick. A system call when it is not
+  /// fine: test fine() or ticking() first.
   void poke();
+  /// Whether it ticks at the fine period (false: coarse or stopped).
+  bool fine() const noexcept { return fine_.load(std::memory_order_relaxed); }
+  /// Whether it ticks at all (false: stopped, no worker was busy).
   bool ticking() const noexcept { return ticking_.load(std::memory_order_relaxed); }
   void stop();
+  /// Ticks run so far (Stats::ticks).
+  std::uint64_t wakeups() const noexcept { return wakeups_.load(std::memory_order_relaxed); }
 
 private:
   void run();
 
   std::chrono::nanoseconds period_;
-  std::function<bool()> tick_;
+  std::function<Seen(unsigned)> tick_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
-  std::atomic<bool> ticking_{true};
+  bool stopped_ = false;  // guarded: no worker busy for a while; poke() restarts
+  int hold_ = kFineHold;  // guarded: fine ticks left without a sighting
+  std::atomic<bool> fine_{true};
+  std::atomic<bool> ticking_{true}; // !stopped_, for a lock-free test
+  std::atomic<std::uint64_t> wakeups_{0};
   std::thread thread_;
 };
 

@@ -177,6 +177,11 @@ public:
     const IoRing* r = sib_->ring.load(std::memory_order_acquire);
     return r && r->needs_attention();
   }
+  /// Whether operations of this worker's fibers are in flight (any thread).
+  bool io_in_flight() const noexcept {
+    const IoRing* r = sib_->ring.load(std::memory_order_acquire);
+    return r && r->inflight() > 0;
+  }
 
   /// Adds this worker's statistics to the snapshot.
   void collect(std::unordered_map<std::uint64_t, CookieStats>& cookies, WorkerStats& ws);

@@ -75,6 +75,11 @@ struct Stats {
   /// One entry per worker, in Topology::pus() order.
   std::vector<WorkerStats> workers;
   std::uint64_t isolation_violations = 0; ///< Two cookies sharing a core; only counted with CORESCHED_ISOLATION_CHECK.
+  /// Times the slice ticker's thread woke to tick: every quarter slice while
+  /// something waits for it (a backlog, a forced-idle sibling, I/O in flight on
+  /// a busy worker), every slice while busy workers have nothing behind them,
+  /// none while all are idle. Each costs a timer wake-up (README "Slices").
+  std::uint64_t ticks = 0;
 
   /// The entry for a cookie (zeros if it never ran).
   CookieStats cookie(Cookie c) const;

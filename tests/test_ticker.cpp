@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: Apache-2.0
+// The slice ticker's period (runtime/ticker.hpp): a quarter slice while
+// something waits for a tick, a whole slice while nothing does.
+#include "test_support.hpp"
+#include "ticker.hpp"
+
+#include <coresched/coresched.hpp>
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+using namespace std::chrono_literals;
+using coresched::detail::Ticker;
+
+namespace {
+
+/// Records the ticks' units; tells whether something waits.
+struct Recorder {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<unsigned> units;
+  bool waiting = false;
+  Ticker::Seen tick(unsigned u) {
+    std::lock_guard lk(mu);
+    units.push_back(u);
+    cv.notify_all();
+    return {true, waiting};
+  }
+  /// Waits for the next tick after `n` ticks; returns its units.
+  unsigned next_after(std::size_t n) {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return units.size() > n; });
+    return units[n];
+  }
+  std::size_t count() {
+    std::lock_guard lk(mu);
+    return units.size();
+  }
+};
+
+/// The ticker's wake-ups over `window` after a settling time, and the quarter
+/// slices (2 ms at the tests' 8 ms slice) that passed meanwhile.
+std::pair<double, double> ticks_over(coresched::Runtime& rt, std::chrono::milliseconds window) {
+  std::this_thread::sleep_for(100ms); // past the start's hold
+  const auto before = rt.stats().ticks;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(window);
+  const auto after = rt.stats().ticks;
+  return {static_cast<double>(after - before),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0) / 2ms};
+}
+
+} // namespace
+
+TEST_CASE("the ticker turns coarse when nothing waits, and a poke makes it fine at once", "[ticker]") {
+  Recorder r;
+  Ticker t(4ms, [&](unsigned u) { return r.tick(u); });
+  // Fine for the hold after start, then coarse: ticks of four quarter slices.
+  std::size_t n = 0;
+  while (t.fine()) {
+    r.next_after(n++);
+    REQUIRE(n < 1000);
+  }
+  for (int i = 0; i < 3; ++i) CHECK(r.next_after(n++) >= Ticker::kCoarseUnits);
+  // Poked just after a coarse tick, it ticks at the next quarter slice, not
+  // a slice later. (Without the early wake-up this tick would come 16 ms on.)
+  r.next_after(n++);
+  t.poke();
+  CHECK(t.fine());
+  CHECK(r.next_after(n++) < Ticker::kCoarseUnits);
+  // While something waits it stays fine.
+  {
+    std::lock_guard lk(r.mu);
+    r.waiting = true;
+  }
+  t.poke();
+  for (int i = 0; i < 2 * Ticker::kFineHold; ++i) r.next_after(n++);
+  CHECK(t.fine());
+  t.stop();
+}
+
+TEST_CASE("busy workers with nothing queued behind them let the ticker tick once a slice", "[ticker]") {
+  // Two single-PU cores, each running one pinned CPU-bound fiber with nothing
+  // behind it: the quarter-slice tick has nothing to do there, and on a VM each
+  // timer wake-up costs tens of microseconds of CPU. Over 0.5 s with 8 ms
+  // slices a fixed quarter-slice ticker wakes ~250 times; the adaptive one
+  // ~62 (its hold of 8 quarter slices, then one a slice).
+  coresched::Options o = test_support::topo("core:2 pu:1");
+  o.slice = 8ms;
+  coresched::Runtime rt(o);
+  std::atomic<bool> stop{false};
+  std::vector<coresched::JoinHandle<void>> busy;
+  for (unsigned pu = 0; pu < 2; ++pu) {
+    coresched::SpawnOptions so;
+    so.pin_to_pu = pu;
+    busy.push_back(rt.spawn([&] { test_support::busy_until(stop); }, so));
+  }
+  const auto [ticks, quarters] = ticks_over(rt, 500ms);
+  stop = true;
+  for (auto& b : busy) b.join();
+  INFO("ticks " << ticks << " in " << quarters << " quarter slices");
+  CHECK(ticks < 0.5 * quarters);
+  CHECK(ticks > 0); // it still ticks: a stall would be seen
+}
+
+TEST_CASE("a fiber waiting behind a runner keeps the ticker at the quarter slice", "[ticker]") {
+  // One PU, two CPU-bound fibers: each waits behind the other, so every tick
+  // may have a slice end to flag.
+  coresched::Options o = test_support::topo("core:1 pu:1");
+  o.slice = 8ms;
+  coresched::Runtime rt(o);
+  std::atomic<bool> stop{false};
+  auto a = rt.spawn([&] { test_support::busy_until(stop); });
+  auto b = rt.spawn([&] { test_support::busy_until(stop); });
+  const auto [ticks, quarters] = ticks_over(rt, 300ms);
+  stop = true;
+  a.join();
+  b.join();
+  INFO("ticks " << ticks << " in " << quarters << " quarter slices");
+  CHECK(ticks > 0.6 * quarters);
+}
