@@ -230,11 +230,6 @@ void CoreCoordinator::set_owner(std::uint64_t cookie) {
     else if (e.cookie == owner_ && e.runnable > 0) handover_since_ = owner_since_; // checkpoint() set it to now
   }
   handover_from_ = owner_;
-  if (handover_since_ != 0 && owner_changed_ns_ != 0) { // a turn ended by a hand-over: learn its length
-    const std::uint64_t turn = owner_since_ - owner_changed_ns_;
-    turn_ns_ = turn_ns_ == 0 ? turn : (7 * turn_ns_ + turn) / 8;
-  }
-  owner_changed_ns_ = owner_since_;
   owner_ = cookie;
   owner_pub_.store(cookie, std::memory_order_relaxed);
   cookie_switches.fetch_add(1, std::memory_order_relaxed);
@@ -526,21 +521,34 @@ std::uint64_t CoreCoordinator::running_cookie() const noexcept {
   return kNoCookie;
 }
 
-void CoreCoordinator::prewake_forced_locked(std::uint64_t until, WakeList& wakes) {
-  for (auto& sp : siblings_) {
-    Sibling& o = *sp;
-    if (!o.forced_idle) continue;
-    o.spin_until.store(until, std::memory_order_relaxed);
-    if (o.sleeping) {
-      o.sleeping = false;
-      wakes.add(&o);
-    }
+std::uint64_t CoreCoordinator::turn_due_locked(unsigned s) const noexcept {
+  if (!siblings_[s]->forced_idle || owner_ == kNoCookie) return 0;
+  const CookieEntry* own = nullptr;
+  const CookieEntry* next = nullptr;
+  for (const auto& e : cookies_) {
+    if (e.cookie == owner_) own = &e;
+    else if (e.runnable > 0 && (!next || prefer(e, *next))) next = &e;
   }
-}
-
-std::uint64_t CoreCoordinator::expected_handover_locked(unsigned s) const noexcept {
-  if (!siblings_[s]->forced_idle || owner_ == kNoCookie || turn_ns_ == 0 || owner_changed_ns_ == 0) return 0;
-  return owner_changed_ns_ + turn_ns_;
+  if (!own || !next) return 0;
+  // choose_cookie leaves the owner once `next` is ahead by the granularity,
+  // after a checkpoint that brings the moving side up to date.
+  const auto gran = static_cast<std::int64_t>(cfg_.granularity_ns);
+  std::int64_t left; // from `since`, how long the moving side still has to move
+  std::uint64_t since;
+  if (cfg_.policy == FairnessPolicy::core_vruntime) {
+    // The owner's vruntime grows from owner_since_; the others' stand still.
+    left = static_cast<std::int64_t>(next->vruntime - own->vruntime) + gran;
+    since = owner_since_;
+  } else {
+    // The waiters' `waited` grows from the last checkpoint; the owner's stands.
+    left = own->waited + gran - next->waited;
+    since = last_checkpoint_;
+  }
+  // Overdue (left < 0): when it was due, not `since`, which each checkpoint
+  // moves to now (a forced-idle PU would otherwise wait for a turn's end that
+  // is always just now, and spin for ever beside an owner that never stops).
+  const auto due = static_cast<std::int64_t>(since) + left;
+  return due > 0 ? static_cast<std::uint64_t>(due) : 1;
 }
 
 CoreCoordinator::Handovers CoreCoordinator::handovers() {

@@ -86,8 +86,8 @@ struct Sibling {
   std::atomic<bool> preempt{false};     // asks the running fiber to yield at its next preempt_point
   std::atomic<std::uint32_t> wake_word{0}; // bumped on every wake-up, re-checked before sleeping
   std::atomic<IoRing*> ring{nullptr};      // the worker sleeps in its io_uring; wakers write its eventfd
-  // A hand-over to this forced-idle sibling is due (the ticker asked the
-  // owner to stop): it spins, instead of sleeping, until this time (ns).
+  // A hand-over to this forced-idle sibling is due (Options::handover_spin):
+  // it spins, instead of sleeping, until this time (ns).
   std::atomic<std::uint64_t> spin_until{0};
   // Within-cookie fairness (fiber_vtime.hpp), relaxed: written by the worker
   // as it starts a fiber, read by wakers under the lock.
@@ -209,20 +209,18 @@ public:
   bool change_running_cookie_locked(unsigned s, std::uint64_t cookie, WakeList& wakes);
   /// Sibling `s` is going to sleep: wakes it up on the next change.
   void prepare_sleep_locked(unsigned s);
-  /// The owner was asked to stop for a waiting cookie: every forced-idle
-  /// sibling spins until `until` (ns) instead of sleeping, and those asleep
-  /// are woken now, so that their wake-up overlaps the owner's way to its
-  /// preemption point instead of following it.
-  void prewake_forced_locked(std::uint64_t until, WakeList& wakes);
 
   /// Hand-overs (changes of cookie while the old one still had work) and
   /// their gaps: from the change to the first fiber of the new cookie starting.
   struct Handovers { std::uint64_t count, p50_ns, p99_ns, max_ns; };
   Handovers handovers(); // takes the lock
-  /// When the core is expected to hand over to forced-idle sibling `s`: the
-  /// current owner's start plus the recent length of turns that ended in a
-  /// hand-over; 0 when there is no such prediction.
-  std::uint64_t expected_handover_locked(unsigned s) const noexcept;
+  /// When the owner's turn ends, for forced-idle sibling `s`: the time (ns)
+  /// at which the cookie choose_cookie would take next leads the owner by the
+  /// granularity. Exact while nothing else changes, because only one side
+  /// moves, with wall time: the owner's vruntime (core_vruntime) or the
+  /// waiters' wait (forceidle_balance). 0: `s` is not forced idle, or no other
+  /// cookie is runnable. May be in the past (the owner has not stopped yet).
+  std::uint64_t turn_due_locked(unsigned s) const noexcept;
 
   // ---- lock-free ----
   /// Isolation checker: does any other sibling publish a cookie other than `cookie`?
@@ -267,6 +265,13 @@ public:
   }
   /// The core's cookie as last set (for a forced-idle PU awaiting a hand-over).
   std::uint64_t published_owner() const noexcept { return owner_pub_.load(std::memory_order_relaxed); }
+  /// Asks every sibling that runs `cookie` to stop at its next preemption
+  /// point (a forced-idle sibling at the end of the owner's turn). Only a
+  /// request: the core's pick decides under the lock what runs next.
+  void request_stop(std::uint64_t cookie) noexcept {
+    for (auto& sp : siblings_)
+      if (sp->running.load(std::memory_order_relaxed) == cookie) sp->preempt.store(true, std::memory_order_relaxed);
+  }
 
   // ---- statistics (relaxed counters) ----
   std::atomic<std::uint64_t> cookie_switches{0};
@@ -316,8 +321,6 @@ private:
   GapHistogram handover_gaps_;
   std::uint64_t handover_since_ = 0;        // a hand-over is under way since (ns); 0: none
   std::uint64_t handover_from_ = kNoCookie; // the cookie it left
-  std::uint64_t owner_changed_ns_ = 0;      // when the current owner took the core
-  std::uint64_t turn_ns_ = 0;               // EWMA of turns that ended in a hand-over
   void update_min_vruntime();
   std::atomic<int> forced_{0};
   std::atomic<std::uint64_t> owner_pub_{kNoCookie}; // owner_, for lock-free readers

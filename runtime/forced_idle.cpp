@@ -1,16 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
-// A worker forced idle: its accounting, and how it gets ready for the
-// hand-over. A forced-idle PU that sleeps in its ring starts only a wake-up
-// (tens of us on a VM, several on bare metal) once the core changes cookie,
-// and the core runs neither cookie meanwhile: the hand-over gap. Two things
-// shorten it, each bounded so that forced idle does not become a busy loop:
-//  * the ticker, as it asks the owner to stop for a waiting cookie, wakes the
-//    forced-idle PUs and has them spin (Scheduler::prewake_forced), for when
-//    the owner takes a while to reach its preemption point;
-//  * a forced-idle PU going to sleep while the core's turns have a steady
-//    length arms its ring timer to wake its own wake-up latency (learned from
-//    its timed wake-ups) before the expected hand-over, and spins from there,
-//    for when the owner stops as soon as it is asked.
+// A worker forced idle: its accounting, how it ends the owner's turn on time,
+// and how it gets ready for the hand-over.
+//
+// The end of the turn. The core changes cookie only at a pick, so the owner's
+// fibers must be asked to stop once the waiting cookie is due (the kernel's
+// tick does this for a forced-idle sibling). The due time is known in advance
+// (CoreCoordinator::turn_due_locked), so the forced-idle PU arms its own ring
+// timer for it, on its own idle CPU, and asks the owner then: one timer
+// wake-up per turn, where a quarter-slice ticker would wake four to six times
+// and, on a VM, cost the busy CPUs ~50 us each (Ticker).
+//
+// The hand-over gap. A forced-idle PU that sleeps in its ring starts only a
+// wake-up (tens of us on a VM, several on bare metal) once the core changes
+// cookie, and the core runs neither cookie meanwhile. With
+// Options::handover_spin the PU wakes its own learned timer latency before
+// the due time and spins (with `pause`, reading one word) through the
+// hand-over, for at most a quarter slice, so that forced idle does not become
+// a busy loop.
 #include "worker.hpp"
 
 #include "clock.hpp"
@@ -33,8 +39,8 @@ void Worker::enter_forced_idle(const Pick& p) {
   forced_blocker_ = p.blocker;
 }
 
-// The ticker (Scheduler::prewake_forced) or this PU's own timer
-// (sleep_until_handover) has said that a hand-over to it is due.
+// This PU's own timer (sleep_until_turn_end) has said that a hand-over to it
+// is due, with handover_spin.
 bool Worker::handover_due() const noexcept {
   const std::uint64_t until = sib_->spin_until.load(std::memory_order_relaxed);
   return until != 0 && now_ns() < until;
@@ -42,14 +48,20 @@ bool Worker::handover_due() const noexcept {
 
 // Spins, reading only the core's published owner (no lock, no store: the
 // owner's sibling keeps running undisturbed), while a hand-over is due and
-// the core still belongs to the cookie this PU waits behind. True if it
-// spun, to pick again.
+// the core still belongs to the cookie this PU waits behind; asks that cookie
+// to stop when its turn ends. True if it spun, to pick again.
 bool Worker::await_handover() noexcept {
   if (!handover_due()) return false;
   const std::uint64_t until = sib_->spin_until.load(std::memory_order_relaxed);
   for (unsigned i = 1; core_.published_owner() == forced_blocker_; ++i) {
     _mm_pause();
-    if (i % 64 == 0 && (now_ns() >= until || sched_.exiting())) break;
+    if (i % 64 != 0) continue;
+    const std::uint64_t now = now_ns();
+    if (stop_owner_at_ != 0 && now >= stop_owner_at_) {
+      core_.request_stop(forced_blocker_);
+      stop_owner_at_ = 0;
+    }
+    if (now >= until || sched_.exiting()) break;
   }
   return true;
 }
@@ -57,6 +69,7 @@ bool Worker::await_handover() noexcept {
 void Worker::leave_forced_idle() {
   if (!forced_) return;
   forced_ = false;
+  stop_owner_at_ = 0;
   sib_->spin_until.store(0, std::memory_order_relaxed);
   const std::uint64_t span = now_ns() - forced_since_;
   core_.forced_idle_ns.fetch_add(span, std::memory_order_relaxed);
@@ -73,25 +86,36 @@ void Worker::trace_handover(const Pick& p) noexcept {
 }
 
 
-// Sleeps until a wake-up, a completion, or the time to get ready for the
-// hand-over expected at `handover`; true in the last case, with this PU set to
-// spin (find_work) until a quarter slice past the expected time.
-bool Worker::sleep_until_handover(std::uint64_t handover) {
-  const std::uint64_t quarter = sched_.slice_ns() / 4;
-  const std::uint64_t now = now_ns();
-  if (now >= handover + quarter) { // the prediction has passed: sleep as usual
-    ring_.wait(io_done_);
-    return false;
+// Forced idle: sleeps until a wake-up, a completion, or the end of the
+// owner's turn at `due` (turn_due_locked). Then asks the owner to stop and
+// sets `due` to 0, for the caller to sleep on until the hand-over wakes it.
+// With handover_spin it wakes its learned timer latency earlier instead and
+// returns true, set to spin (await_handover) until a quarter slice past `due`,
+// asking the owner to stop at `due`; once that stretch has passed (an owner
+// without preemption points) it sleeps like the rest. False if woken or
+// completed first.
+bool Worker::sleep_until_turn_end(std::uint64_t& due) {
+  const bool spin = sched_.handover_spin();
+  const std::uint64_t lead = spin ? wake_latency_ns_ + kReadyMarginNs : 0;
+  const std::uint64_t wake_at = due > lead ? due - lead : 0;
+  std::uint64_t now = now_ns();
+  if (wake_at > now) {
+    if (!ring_.wait_for(io_done_, wake_at - now)) return false; // woken, or a completion
+    now = now_ns();
+    wake_latency_ns_ = (7 * wake_latency_ns_ + (now - wake_at)) / 8; // how late the timer woke us
   }
-  const std::uint64_t lead = wake_latency_ns_ + kReadyMarginNs;
-  const std::uint64_t ready = handover > lead ? handover - lead : 0;
-  if (ready > now) {
-    if (!ring_.wait_for(io_done_, ready - now)) return false; // woken, or a completion
-    const std::uint64_t late = now_ns() - ready;                // how late the timer woke us
-    wake_latency_ns_ = (7 * wake_latency_ns_ + late) / 8;
+  const std::uint64_t spin_until = due + sched_.slice_ns() / 4;
+  if (spin && now < spin_until) {
+    stop_owner_at_ = due;
+    sib_->spin_until.store(spin_until, std::memory_order_relaxed);
+    due = 0;
+    return true;
   }
-  sib_->spin_until.store(handover + quarter, std::memory_order_relaxed);
-  return true;
+  // A timer never fires early, so the owner's vruntime is past the due time
+  // when it reads the flag: its pick hands over.
+  core_.request_stop(forced_blocker_);
+  due = 0;
+  return false;
 }
 
 } // namespace coresched::detail

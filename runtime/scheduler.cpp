@@ -384,10 +384,12 @@ Ticker::Seen Scheduler::tick(unsigned units) {
     }
     seen.busy = true;
     const bool sibling_waits = w.core().forced_idle_count() > 0;
-    // What the fine period is for: a backlog to share or rescue, a hand-over
-    // to time, completions to reap. With none of these on any busy worker a
-    // slice-end preemption would only reschedule the runner (Ticker).
-    seen.waiting |= sibling_waits || w.core().queued_hint() > 0 || w.io_in_flight();
+    // What the fine period is for: a slice end to flag or a backlog to share
+    // or rescue, completions to reap. With none of these on any busy worker a
+    // slice-end preemption would only reschedule the runner (Ticker). Fibers
+    // queued beside a forced-idle sibling wait for the owner's turn to end,
+    // which that sibling times itself (forced_idle.cpp).
+    seen.waiting |= (w.core().queued_hint() > 0 && !sibling_waits) || w.io_in_flight();
     // A busy worker collects its I/O and timer completions, and submits the
     // SQEs it deferred, only at scheduling points: ask for one as soon as it
     // has either, or a fiber whose sleep ended would wait for the rest of the
@@ -400,17 +402,10 @@ Ticker::Seen Scheduler::tick(unsigned units) {
       continue;
     }
     w.ticks_same += static_cast<int>(units);
-    if (w.ticks_same >= 4 || (sibling_waits && w.ticks_same >= 2)) {
-      w.sibling().preempt.store(true, std::memory_order_relaxed);
-      // A sibling forced idle for another cookie takes the core when this
-      // fiber reaches its preemption point. Asleep, it would start only a
-      // wake-up after that (50-90 us on this VM, 1-10 us on bare metal): the
-      // whole hand-over gap. Woken now and spinning, it is ready when the
-      // core changes cookie. For a tick at a time, while this is the tick
-      // that asked (at most three ticks: a fiber that never reaches a
-      // preemption point must not keep its sibling spinning).
-      if (handover_spin_ && sibling_waits && w.ticks_same <= 4) prewake_forced(w);
-    }
+    // A forced-idle sibling asks the owner to stop at the end of its turn;
+    // this is the fallback, should its timer not have (the turn's end moved
+    // earlier, or the sibling was busy with completions).
+    if (w.ticks_same >= 4 || (sibling_waits && w.ticks_same >= 2)) w.sibling().preempt.store(true, std::memory_order_relaxed);
     // Fibers queued behind a fiber that has kept its worker for a tick, while
     // a worker elsewhere is idle: wake one to steal them (once per run; Go's
     // sysmon retakes a P for the same reason). Without this, a backlog whose
@@ -434,16 +429,6 @@ void Scheduler::reset_run(Worker& w) noexcept {
   w.stall_reported = false;
   w.stall_cpu_base = 0;
   w.backlog_shared = false;
-}
-
-void Scheduler::prewake_forced(Worker& w) {
-  const std::uint64_t until = now_ns() + slice_ns_ / 4 + slice_ns_ / 8; // to a little past the next tick
-  WakeList wakes;
-  CoreCoordinator& c = w.core();
-  c.lock().lock();
-  c.prewake_forced_locked(until, wakes);
-  c.lock().unlock();
-  wakes.notify();
 }
 
 // A worker that has not switched for a whole slice has its preempt flag set;

@@ -123,7 +123,6 @@ private:
   void maybe_kernel_cookie();
   Worker* affine_worker(const Fiber& f) const noexcept;
   void place_affine(Worker& here, Fiber* f);
-  void prewake_forced(Worker& w);
   void check_stall(Worker& w);
   static void reset_run(Worker& w) noexcept;
   /// The ticker moves fibers queued behind runners that ignore their

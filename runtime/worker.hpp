@@ -231,7 +231,7 @@ private:
   void enter_forced_idle(const Pick& p);
   bool handover_due() const noexcept;
   bool await_handover() noexcept;
-  bool sleep_until_handover(std::uint64_t handover);
+  bool sleep_until_turn_end(std::uint64_t& due);
   void trace_handover(const Pick& p) noexcept;
   void leave_forced_idle();
   void set_idle(bool on);
@@ -294,6 +294,7 @@ private:
   bool idle_ = false; // in the idle loop (published through the scheduler's placement index)
   bool forced_ = false;
   std::uint64_t wake_latency_ns_ = 20'000; // EWMA of how late this worker's ring timer wakes it
+  std::uint64_t stop_owner_at_ = 0; // spinning forced idle: when to ask the owner to stop (0: done or none)
   std::uint64_t forced_since_ = 0, forced_wanted_ = 0, forced_blocker_ = 0;
 
   TraceRing* trace_ = nullptr; // null unless tracing

@@ -138,7 +138,8 @@ bool Worker::sleep_once() {
     return false;
   }
   core_.prepare_sleep_locked(sibling_);
-  const std::uint64_t handover = forced_ && sched_.handover_spin() ? core_.expected_handover_locked(sibling_) : 0;
+  std::uint64_t turn_end = forced_ ? core_.turn_due_locked(sibling_) : 0;
+  if (turn_end != 0) forced_blocker_ = core_.published_owner(); // the cookie to ask (it may have changed)
   const std::uint32_t epoch = sibling().wake_word.load(std::memory_order_acquire);
   core_.lock().unlock();
   wakes.notify();
@@ -166,12 +167,12 @@ bool Worker::sleep_once() {
   close_segment(now_ns());
   sleeps_.fetch_add(1, std::memory_order_relaxed);
   // Sleep in the io_uring: an I/O completion or a waker's eventfd write ends
-  // it; forced idle, also the time to get ready for the expected hand-over.
+  // it; forced idle, also the end of the owner's turn (forced_idle.cpp).
   bool woke_early = false;
   while (sibling().wake_word.load(std::memory_order_acquire) == epoch && !sched_.exiting()) {
-    if (handover != 0 && (woke_early = sleep_until_handover(handover))) break;
-    if (handover == 0) ring_.wait(io_done_);
-    if (!io_done_.empty()) break;
+    if (turn_end != 0) woke_early = sleep_until_turn_end(turn_end);
+    else ring_.wait(io_done_);
+    if (!io_done_.empty() || woke_early) break;
   }
   if (!io_done_.empty() || woke_early) {
     core_.lock().lock();

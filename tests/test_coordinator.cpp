@@ -128,6 +128,38 @@ TEST_CASE("forced-idle balance favours the cookie that waited longest", "[coordi
   CHECK(core.c.sibling(0).preempt.load());
 }
 
+TEST_CASE("the turn's end the coordinator predicts is when its pick hands over", "[coordinator]") {
+  // A forced-idle sibling sleeps until turn_due_locked and then asks the
+  // owner to stop (forced_idle.cpp): a microsecond before that time the pick
+  // must keep the owner, a microsecond after it must hand over, under both
+  // policies, and the checkpoints of the picks in between must not move it.
+  for (const auto policy : {coresched::FairnessPolicy::core_vruntime, coresched::FairnessPolicy::forceidle_balance}) {
+    INFO(coresched::to_string(policy));
+    Core core(2, policy, 500'000);
+    std::vector<Fiber> f(2);
+    core.add(0, fiber(f, 0, 5, 0));
+    REQUIRE(core.pick(0).fiber == &f[0]); // cookie 5 owns the core
+    fake_now += 2'000'000;
+    core.add(1, fiber(f, 1, 6, 1));
+    REQUIRE(core.pick(1).kind == Kind::forced_idle); // 6 is not ahead by the granularity yet
+    const std::uint64_t due = core.c.turn_due_locked(1);
+    REQUIRE(due > fake_now);
+    CHECK(due - fake_now <= 1'000'000); // within two granularities
+    fake_now = due - 1'000;
+    core.c.requeue_locked(0, &f[0]);
+    REQUIRE(core.pick(0).fiber == &f[0]); // the owner keeps the core
+    CHECK(core.pick(1).kind == Kind::forced_idle);
+    CHECK(core.c.turn_due_locked(1) == due);
+    fake_now = due + 1'000;
+    core.c.requeue_locked(0, &f[0]);
+    const Pick a = core.pick(0);
+    CHECK(a.kind == Kind::forced_idle); // handed over: cookie 6 is pinned to sibling 1
+    CHECK(a.blocker == 6);
+    CHECK(core.pick(1).fiber == &f[1]);
+    CHECK(core.c.turn_due_locked(1) == 0); // sibling 1 runs: no turn to wait for
+  }
+}
+
 TEST_CASE("the isolation invariant holds for every scripted pick", "[coordinator]") {
   Core core(4);
   std::vector<Fiber> f(64);

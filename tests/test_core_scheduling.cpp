@@ -403,11 +403,12 @@ TEST_CASE("a core with one cookie has no hand-overs", "[handover]") {
 }
 
 TEST_CASE("a forced-idle PU does not spin through an owner's long turn", "[handover]") {
-  // Cookie A runs 300 ms without a preemption point after turns that taught
-  // the core a short turn length; B waits on the other sibling. The ticker's
-  // prewake and the learned hand-over time may each make the forced-idle PU
-  // spin for a bounded stretch, not for the whole turn: the process uses
-  // about one CPU, not two.
+  // Cookie A runs 300 ms without a preemption point after short turns; B
+  // waits on the other sibling. Its turn is due long before A stops: the
+  // forced-idle PU may spin a quarter slice past the due time, not for the
+  // whole turn, and an overdue turn must not look due just now at every look
+  // (it did in a first version, which spun throughout): the process uses about
+  // one CPU, not two.
   Options o = topo("core:1 pu:2");
   o.handover_spin = true;
   Runtime rt(o);

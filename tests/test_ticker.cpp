@@ -11,7 +11,6 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
-#include <utility>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -43,16 +42,40 @@ struct Recorder {
   }
 };
 
-/// The ticker's wake-ups over `window` after a settling time, and the quarter
-/// slices (2 ms at the tests' 8 ms slice) that passed meanwhile.
-std::pair<double, double> ticks_over(coresched::Runtime& rt, std::chrono::milliseconds window) {
+/// Over `window`, after a settling time: the ticker's wake-ups, the quarter
+/// slices (2 ms at the tests' 8 ms slice) that passed, and core 0's changes of cookie.
+struct Window {
+  double ticks, quarters, switches;
+};
+Window measure(coresched::Runtime& rt, std::chrono::milliseconds window) {
   std::this_thread::sleep_for(100ms); // past the start's hold
-  const auto before = rt.stats().ticks;
+  const auto before = rt.stats();
   const auto t0 = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(window);
-  const auto after = rt.stats().ticks;
-  return {static_cast<double>(after - before),
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0) / 2ms};
+  const auto after = rt.stats();
+  return {static_cast<double>(after.ticks - before.ticks),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0) / 2ms,
+          static_cast<double>(after.cores[0].cookie_switches - before.cores[0].cookie_switches)};
+}
+
+/// Two CPU-bound fibers pinned to PUs 0 and 1 (each with a cookie of its
+/// own if `own_cookies`), measured over `window`.
+Window measure_busy_pair(const char* topology, bool own_cookies, std::chrono::milliseconds window) {
+  coresched::Options o = test_support::topo(topology);
+  o.slice = 8ms;
+  coresched::Runtime rt(o);
+  std::atomic<bool> stop{false};
+  std::vector<coresched::JoinHandle<void>> busy;
+  for (unsigned pu = 0; pu < 2; ++pu) {
+    coresched::SpawnOptions so;
+    so.pin_to_pu = pu;
+    if (own_cookies) so.cookie = coresched::Cookie::create();
+    busy.push_back(rt.spawn([&] { test_support::busy_until(stop); }, so));
+  }
+  const Window w = measure(rt, window);
+  stop = true;
+  for (auto& b : busy) b.join();
+  return w;
 }
 
 } // namespace
@@ -90,19 +113,7 @@ TEST_CASE("busy workers with nothing queued behind them let the ticker tick once
   // timer wake-up costs tens of microseconds of CPU. Over 0.5 s with 8 ms
   // slices a fixed quarter-slice ticker wakes ~250 times; the adaptive one
   // ~62 (its hold of 8 quarter slices, then one a slice).
-  coresched::Options o = test_support::topo("core:2 pu:1");
-  o.slice = 8ms;
-  coresched::Runtime rt(o);
-  std::atomic<bool> stop{false};
-  std::vector<coresched::JoinHandle<void>> busy;
-  for (unsigned pu = 0; pu < 2; ++pu) {
-    coresched::SpawnOptions so;
-    so.pin_to_pu = pu;
-    busy.push_back(rt.spawn([&] { test_support::busy_until(stop); }, so));
-  }
-  const auto [ticks, quarters] = ticks_over(rt, 500ms);
-  stop = true;
-  for (auto& b : busy) b.join();
+  const auto [ticks, quarters, switches] = measure_busy_pair("core:2 pu:1", false, 500ms);
   INFO("ticks " << ticks << " in " << quarters << " quarter slices");
   CHECK(ticks < 0.5 * quarters);
   CHECK(ticks > 0); // it still ticks: a stall would be seen
@@ -117,10 +128,25 @@ TEST_CASE("a fiber waiting behind a runner keeps the ticker at the quarter slice
   std::atomic<bool> stop{false};
   auto a = rt.spawn([&] { test_support::busy_until(stop); });
   auto b = rt.spawn([&] { test_support::busy_until(stop); });
-  const auto [ticks, quarters] = ticks_over(rt, 300ms);
+  const auto [ticks, quarters, switches] = measure(rt, 300ms);
   stop = true;
   a.join();
   b.join();
   INFO("ticks " << ticks << " in " << quarters << " quarter slices");
   CHECK(ticks > 0.6 * quarters);
+}
+
+TEST_CASE("a forced-idle sibling ends the owner's turn on time while the ticker ticks once a slice", "[ticker][handover]") {
+  // Two cookies, one busy fiber each, pinned to the two siblings of one core:
+  // one always waits, forced idle. Its own timer asks the owner to stop when
+  // the turn is due (a slice: the granularity each way), so the ticker has
+  // nothing to do every quarter slice. With that request removed, the
+  // ticker's once-a-slice fallback ended turns late: 17 changes of cookie in
+  // 62.5 slices, against 60-61 with it.
+  const auto [ticks, quarters, switches] = measure_busy_pair("core:1 pu:2", true, 500ms);
+  const double slices = quarters / 4;
+  INFO("ticks " << ticks << " in " << quarters << " quarter slices; " << switches << " changes of cookie in "
+                << slices << " slices");
+  CHECK(ticks < 0.5 * quarters);
+  CHECK(switches > 0.85 * slices);
 }

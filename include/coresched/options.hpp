@@ -65,15 +65,15 @@ struct Options {
   /// and the runtime runs without it.
   bool kernel_cookie = false;
 
-  /// Get forced-idle PUs ready for the core's next hand-over: the ticker wakes
-  /// them as it asks the owner to stop, and a forced-idle PU arms its timer to
-  /// wake just before the expected hand-over; either way it then spins (with
-  /// `pause`, reading one word) for a bounded stretch. The hand-over gap falls
-  /// from a wake-up (20-25 us p50 on the development VM) to ~2 us, at the price
-  /// of CPU time on the spinning PU, and a spinning PU slows its SMT sibling:
-  /// there `both tagged` lost 3-7 % of its cpu events per owned ms (see
-  /// docs/performance.md), hence off by default. Also on with
-  /// CORESCHED_HANDOVER_SPIN=1.
+  /// Get forced-idle PUs ready for the core's next hand-over: a forced-idle PU
+  /// sets its ring timer to wake its own timer latency before the owner's turn
+  /// ends (it always wakes at that end, to ask the owner to stop), then spins
+  /// (with `pause`, reading one word) through the hand-over, for at most a
+  /// quarter slice past it. The hand-over gap falls from a wake-up (50-130 us
+  /// p50 on the development VM) to ~2 us, at the price of CPU time on the
+  /// spinning PU and of what a spinning PU takes from its SMT sibling (not
+  /// measurable on the development VM, whose siblings are synthetic), hence off
+  /// by default; see docs/performance.md. Also on with CORESCHED_HANDOVER_SPIN=1.
   bool handover_spin = false;
 
   /// Wake-affine placement: a fiber woken by a running fiber of its own
