@@ -12,7 +12,8 @@
 //
 // The hand-over gap. A forced-idle PU that sleeps in its ring starts only a
 // wake-up (tens of us on a VM, several on bare metal) once the core changes
-// cookie, and the core runs neither cookie meanwhile. With
+// cookie, and the core runs neither cookie meanwhile. So, woken at the turn's
+// end, it spins for at most one wake-up latency before it sleeps again. With
 // Options::handover_spin the PU wakes its own learned timer latency before
 // the due time and spins (with `pause`, reading one word) through the
 // hand-over, for at most a quarter slice, so that forced idle does not become
@@ -87,14 +88,17 @@ void Worker::trace_handover(const Pick& p) noexcept {
 
 
 // Forced idle: sleeps until a wake-up, a completion, or the end of the
-// owner's turn at `due` (turn_due_locked). Then asks the owner to stop and
-// sets `due` to 0, for the caller to sleep on until the hand-over wakes it.
+// owner's turn at `due` (turn_due_locked). Then asks the owner to stop, sets
+// `due` to 0 and returns true, set to spin (await_handover) for at most its
+// wake-up latency; the caller sleeps on until the hand-over wakes it when
+// this turn's end was already spun for.
 // With handover_spin it wakes its learned timer latency earlier instead and
 // returns true, set to spin (await_handover) until a quarter slice past `due`,
 // asking the owner to stop at `due`; once that stretch has passed (an owner
 // without preemption points) it sleeps like the rest. False if woken or
 // completed first.
 bool Worker::sleep_until_turn_end(std::uint64_t& due) {
+  const std::uint64_t end = due;
   const bool spin = sched_.handover_spin();
   const std::uint64_t lead = spin ? wake_latency_ns_ + kReadyMarginNs : 0;
   const std::uint64_t wake_at = due > lead ? due - lead : 0;
@@ -115,7 +119,15 @@ bool Worker::sleep_until_turn_end(std::uint64_t& due) {
   // when it reads the flag: its pick hands over.
   core_.request_stop(forced_blocker_);
   due = 0;
-  return false;
+  // Awake anyway: watch for the hand-over for at most one wake-up latency,
+  // once per turn's end, then sleep. If it comes within that stretch the new
+  // cookie starts at once; if not, the spin cost no more than the wake-up that
+  // sleeping costs (rent or buy). An overdue turn keeps its due time, so an
+  // owner that never stops costs one such stretch, not one per look.
+  if (end == turn_end_spun_) return false;
+  turn_end_spun_ = end;
+  sib_->spin_until.store(now + wake_latency_ns_, std::memory_order_relaxed);
+  return true;
 }
 
 } // namespace coresched::detail

@@ -295,6 +295,7 @@ private:
   bool forced_ = false;
   std::uint64_t wake_latency_ns_ = 20'000; // EWMA of how late this worker's ring timer wakes it
   std::uint64_t stop_owner_at_ = 0; // spinning forced idle: when to ask the owner to stop (0: done or none)
+  std::uint64_t turn_end_spun_ = 0; // forced idle: the turn's end last spun for (once each)
   std::uint64_t forced_since_ = 0, forced_wanted_ = 0, forced_blocker_ = 0;
 
   TraceRing* trace_ = nullptr; // null unless tracing

@@ -409,8 +409,12 @@ TEST_CASE("a forced-idle PU does not spin through an owner's long turn", "[hando
   // whole turn, and an overdue turn must not look due just now at every look
   // (it did in a first version, which spun throughout): the process uses about
   // one CPU, not two.
+  // Both ways: by default it spins at most one wake-up latency once per
+  // turn's end, with handover_spin up to a quarter slice past it.
+  const bool spin = GENERATE(false, true);
+  INFO("handover_spin " << spin);
   Options o = topo("core:1 pu:2");
-  o.handover_spin = true;
+  o.handover_spin = spin;
   Runtime rt(o);
   const Cookie a = Cookie::create(), b = Cookie::create();
   std::atomic<int> phase{0};
