@@ -40,8 +40,9 @@ void Worker::enter_forced_idle(const Pick& p) {
   forced_blocker_ = p.blocker;
 }
 
-// This PU's own timer (sleep_until_turn_end) has said that a hand-over to it
-// is due, with handover_spin.
+// sleep_until_turn_end has set this PU to watch for the hand-over (for one
+// wake-up latency after the turn's end, or with handover_spin from just
+// before it to a quarter slice past it).
 bool Worker::handover_due() const noexcept {
   const std::uint64_t until = sib_->spin_until.load(std::memory_order_relaxed);
   return until != 0 && now_ns() < until;
@@ -88,15 +89,14 @@ void Worker::trace_handover(const Pick& p) noexcept {
 
 
 // Forced idle: sleeps until a wake-up, a completion, or the end of the
-// owner's turn at `due` (turn_due_locked). Then asks the owner to stop, sets
-// `due` to 0 and returns true, set to spin (await_handover) for at most its
-// wake-up latency; the caller sleeps on until the hand-over wakes it when
-// this turn's end was already spun for.
-// With handover_spin it wakes its learned timer latency earlier instead and
-// returns true, set to spin (await_handover) until a quarter slice past `due`,
-// asking the owner to stop at `due`; once that stretch has passed (an owner
-// without preemption points) it sleeps like the rest. False if woken or
-// completed first.
+// owner's turn at `due` (turn_due_locked), then sets `due` to 0. At the
+// turn's end it asks the owner to stop and returns true, set to watch for the
+// hand-over (await_handover) for at most its wake-up latency; false if it
+// already did so for this turn's end (the caller then sleeps until the
+// hand-over wakes it). With handover_spin it wakes its learned timer latency
+// earlier and watches until a quarter slice past `due`, asking the owner to
+// stop at `due`; once that stretch has passed (an owner without preemption
+// points) it goes the default way. False if woken or completed first.
 bool Worker::sleep_until_turn_end(std::uint64_t& due) {
   const std::uint64_t end = due;
   const bool spin = sched_.handover_spin();

@@ -124,8 +124,8 @@ int main(int argc, char** argv) {
     // Rounds lost, as a share of the CPUs, per wake-up.
     const double cost_us = wps > 0 ? (1.0 - rps / base) * cpus / wps * 1e6 : 0;
     const std::string name = variants[v] ? "timer every " + std::to_string(variants[v]) + " us" : "no timer";
-    std::printf("%-22s %16.0f %10.3f %14.0f %22s\n", name.c_str(), rps, rps / base, wps,
-                wps > 0 ? std::to_string(cost_us).substr(0, 6).c_str() : "-");
+    if (wps > 0) std::printf("%-22s %16.0f %10.3f %14.0f %22.1f\n", name.c_str(), rps, rps / base, wps, cost_us);
+    else std::printf("%-22s %16.0f %10.3f %14.0f %22s\n", name.c_str(), rps, rps / base, wps, "-");
     if (j)
       std::fprintf(j, "%s{\"period_us\": %u, \"rounds_per_s\": %.0f, \"of_none\": %.4f, \"wakeups_per_s\": %.0f, "
                       "\"cpu_us_per_wakeup\": %.2f}",
