@@ -56,6 +56,10 @@ void add_options(CLI::App& sub, Settings& s) {
   sub.add_flag("--compare-kernel", s.compare_kernel,
                "Also run the pairs as plain threads with kernel core-scheduling cookies (PR_SCHED_CORE), if the "
                "kernel supports it");
+  sub.add_flag("--compare-alternation", s.compare_alternation,
+               "Also run Alone and both tagged as two plain threads pinned to the same CPUs that take turns of one "
+               "slice through a futex, with no runtime, and print what that reaches per ms of turn beside ours per "
+               "ms the cookie held the core (what this machine itself costs a core that changes hands)");
 }
 
 // ------------------------------------------------------------------ setup
@@ -196,6 +200,7 @@ int run(const Settings& s) {
   std::vector<Comparison> comparisons;
   if (s.compare_sysbench) comparisons.push_back(sysbench_comparison(s, *place));
   if (s.compare_kernel) comparisons.push_back(kernel_comparison(s, *place, rt.topology(), buf));
+  if (s.compare_alternation) comparisons.push_back(alternation_comparison(s, *place, buf, rt.options().slice));
   std::vector<Way> ways{{"matrix", s, [&](const Config& c) { return run_fibers(rt, s, *place, buf, c); }}};
   for (const auto& c : comparisons) {
     if (c.unavailable.empty()) ways.push_back(c.way);

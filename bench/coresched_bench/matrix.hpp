@@ -33,6 +33,7 @@ struct Settings {
   std::string json_path;
   bool compare_sysbench = false;
   bool compare_kernel = false;
+  bool compare_alternation = false;
   std::vector<std::string> only; ///< configurations to run; empty: all six
 };
 
@@ -180,6 +181,14 @@ std::string render_rows(const std::vector<Row>& rows, std::uint64_t block_bytes)
 /// The row of configuration `name`, or null.
 const Row* find_row(const std::vector<Row>& rows, std::string_view name);
 
+/// `both tagged`'s cpu events per ms its cookie held the core, and that over
+/// `Alone`'s events per ms of run; nullopt without both rows or without time.
+struct OwnedRate {
+  double per_owned_ms;
+  double over_alone;
+};
+std::optional<OwnedRate> owned_rate(const std::vector<Row>& rows);
+
 /// The hand-over figure (issue 13): `both tagged`'s cpu events per ms its
 /// cookie held the core, over `Alone`'s events per ms of run; and the core's
 /// hand-over gaps. Printed after our table, and written under "handover".
@@ -213,6 +222,12 @@ Comparison sysbench_comparison(const Settings& s, const Place& p);
 /// --compare-kernel: the same loops on plain threads with kernel cookies
 /// (PR_SCHED_CORE), where the kernel supports it.
 Comparison kernel_comparison(const Settings& s, const Place& p, const Topology& t, MemoryBuffer& buffer);
+
+/// --compare-alternation: `Alone` and `both tagged` as two plain threads on
+/// the same CPUs taking turns of `slice` through a futex, with no runtime: what
+/// the hand-over figure could reach on this machine (matrix_alternation.cpp).
+Comparison alternation_comparison(const Settings& s, const Place& p, MemoryBuffer& buffer,
+                                  std::chrono::microseconds slice);
 
 /// Writes {"available": false, "reason": why} under `key`.
 void write_unavailable(JsonWriter& j, std::string_view key, const std::string& why);

@@ -89,20 +89,23 @@ const Row* find_row(const std::vector<Row>& rows, std::string_view name) {
   return nullptr;
 }
 
-void report_handover(const std::vector<Row>& rows, const CoreStats& core, JsonWriter& j) {
+std::optional<OwnedRate> owned_rate(const std::vector<Row>& rows) {
   const Row* alone = find_row(rows, "Alone");
   const Row* both = find_row(rows, "both tagged");
+  if (!alone || !both) return std::nullopt;
+  double events = 0, owned_ms = 0, alone_events = 0, alone_ms = 0;
+  for (const auto& r : both->runs)
+    if (r.cpu_owned_ns) { events += static_cast<double>(r.cpu.events); owned_ms += static_cast<double>(*r.cpu_owned_ns) / 1e6; }
+  for (const auto& r : alone->runs) { alone_events += static_cast<double>(r.cpu.events); alone_ms += r.cpu_elapsed_s * 1e3; }
+  if (owned_ms <= 0 || alone_ms <= 0 || alone_events <= 0) return std::nullopt;
+  const double per_owned = events / owned_ms;
+  return OwnedRate{per_owned, per_owned / (alone_events / alone_ms)};
+}
+
+void report_handover(const std::vector<Row>& rows, const CoreStats& core, JsonWriter& j) {
+  const auto rate = owned_rate(rows);
   std::optional<double> per_owned, ratio;
-  if (alone && both) {
-    double events = 0, owned_ms = 0, alone_events = 0, alone_ms = 0;
-    for (const auto& r : both->runs)
-      if (r.cpu_owned_ns) { events += static_cast<double>(r.cpu.events); owned_ms += static_cast<double>(*r.cpu_owned_ns) / 1e6; }
-    for (const auto& r : alone->runs) { alone_events += static_cast<double>(r.cpu.events); alone_ms += r.cpu_elapsed_s * 1e3; }
-    if (owned_ms > 0 && alone_ms > 0) {
-      per_owned = events / owned_ms;
-      ratio = *per_owned / (alone_events / alone_ms);
-    }
-  }
+  if (rate) per_owned = rate->per_owned_ms, ratio = rate->over_alone;
   std::printf("\nhand-over: %llu cookie changes with work left; gap p50 %.1f us, p99 %.1f us, max %.1f us",
               static_cast<unsigned long long>(core.handovers), static_cast<double>(core.handover_gap_p50_ns) / 1e3,
               static_cast<double>(core.handover_gap_p99_ns) / 1e3, static_cast<double>(core.handover_gap_max_ns) / 1e3);
