@@ -108,25 +108,25 @@ bool Worker::sleep_until_turn_end(std::uint64_t& due) {
     now = now_ns();
     wake_latency_ns_ = (7 * wake_latency_ns_ + (now - wake_at)) / 8; // how late the timer woke us
   }
-  const std::uint64_t spin_until = due + sched_.slice_ns() / 4;
-  if (spin && now < spin_until) {
-    stop_owner_at_ = due;
-    sib_->spin_until.store(spin_until, std::memory_order_relaxed);
-    due = 0;
-    return true;
-  }
-  // A timer never fires early, so the owner's vruntime is past the due time
-  // when it reads the flag: its pick hands over.
-  core_.request_stop(forced_blocker_);
   due = 0;
-  // Awake anyway: watch for the hand-over for at most one wake-up latency,
-  // once per turn's end, then sleep. If it comes within that stretch the new
-  // cookie starts at once; if not, the spin cost no more than the wake-up that
-  // sleeping costs (rent or buy). An overdue turn keeps its due time, so an
-  // owner that never stops costs one such stretch, not one per look.
-  if (end == turn_end_spun_) return false;
-  turn_end_spun_ = end;
-  sib_->spin_until.store(now + wake_latency_ns_, std::memory_order_relaxed);
+  std::uint64_t watch_until = end + sched_.slice_ns() / 4;
+  if (spin && now < watch_until) {
+    stop_owner_at_ = end; // await_handover asks the owner to stop then
+  } else {
+    // A timer never fires early, so the owner's vruntime is past the due
+    // time when it reads the flag: its pick hands over.
+    core_.request_stop(forced_blocker_);
+    // Awake anyway: watch for the hand-over for at most one wake-up latency,
+    // once per turn's end, then sleep. If it comes within that stretch the
+    // new cookie starts at once; if not, the spin cost no more than the
+    // wake-up that sleeping costs (rent or buy). An overdue turn keeps its due
+    // time, so an owner that never stops costs one such stretch, not one per
+    // look.
+    if (end == turn_end_spun_) return false;
+    turn_end_spun_ = end;
+    watch_until = now + wake_latency_ns_;
+  }
+  sib_->spin_until.store(watch_until, std::memory_order_relaxed);
   return true;
 }
 

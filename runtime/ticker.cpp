@@ -37,9 +37,8 @@ void Ticker::run() {
   unsigned idle_units = 0;
   auto last = clock::now();
   while (!stop_) {
-    if (stopped_) {
+    if (!ticking_.load(std::memory_order_relaxed)) {
       cv_.wait(lk, [&] { return stop_ || fine_.load(std::memory_order_relaxed); });
-      stopped_ = false;
       ticking_.store(true, std::memory_order_relaxed);
       last = clock::now(); // the time stopped is nobody's run: charge none of it
       continue;
@@ -67,7 +66,6 @@ void Ticker::run() {
     // Stop after 64 quarter slices with no busy worker; poke() restarts it.
     idle_units = seen.busy ? 0 : idle_units + units;
     if (idle_units > 64) {
-      stopped_ = true;
       ticking_.store(false, std::memory_order_relaxed);
       fine_.store(false, std::memory_order_relaxed);
       idle_units = 0;

@@ -69,10 +69,11 @@ private:
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
-  bool stopped_ = false;  // guarded: no worker busy for a while; poke() restarts
   int hold_ = kFineHold;  // guarded: fine ticks left without a sighting
   std::atomic<bool> fine_{true};
-  std::atomic<bool> ticking_{true}; // !stopped_, for a lock-free test
+  // False once no worker was busy for a while; poke() restarts it. Written
+  // only by the ticker's thread under mu_, read without it by ticking().
+  std::atomic<bool> ticking_{true};
   std::atomic<std::uint64_t> wakeups_{0};
   std::thread thread_;
 };

@@ -140,13 +140,15 @@ TEST_CASE("a forced-idle sibling ends the owner's turn on time while the ticker 
   // Two cookies, one busy fiber each, pinned to the two siblings of one core:
   // one always waits, forced idle. Its own timer asks the owner to stop when
   // the turn is due (a slice: the granularity each way), so the ticker has
-  // nothing to do every quarter slice. With that request removed, the
-  // ticker's once-a-slice fallback ended turns late: 17 changes of cookie in
-  // 62.5 slices, against 60-61 with it.
+  // nothing to do every quarter slice. With the sibling sleeping through the
+  // turn's end instead (no timer), the ticker's once-a-slice fallback ended
+  // turns late: 19-23 changes of cookie in 62.5 slices, against 60-61 with
+  // it, and 43-52 beside a CPU hog (ctest -j2 runs another test beside it, so
+  // the bound leaves room for that).
   const auto [ticks, quarters, switches] = measure_busy_pair("core:1 pu:2", true, 500ms);
   const double slices = quarters / 4;
   INFO("ticks " << ticks << " in " << quarters << " quarter slices; " << switches << " changes of cookie in "
                 << slices << " slices");
   CHECK(ticks < 0.5 * quarters);
-  CHECK(switches > 0.85 * slices);
+  CHECK(switches > 0.55 * slices);
 }
