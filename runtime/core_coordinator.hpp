@@ -165,8 +165,13 @@ public:
   bool single_pu() const noexcept { return single_pu_; }
 
   // ---- under lock() ----
-  /// Queues `f` on sibling `s` and wakes a sibling that can run it.
-  void enqueue_locked(unsigned s, Fiber* f, WakeList& wakes, Arrival why = Arrival::woken);
+  /// Queues `f` on sibling `s` and wakes a sibling that can run it. Returns
+  /// true when `f` waits for another cookie's turn to end and nobody here
+  /// times that end: no sibling was woken for it and none is forced idle
+  /// (a forced-idle sibling arms a timer for it, forced_idle.cpp). Only the
+  /// slice ticker's preemption request then ends the turn, so the caller asks
+  /// it for its fine period (Scheduler::want_fine_ticks).
+  [[nodiscard]] bool enqueue_locked(unsigned s, Fiber* f, WakeList& wakes, Arrival why = Arrival::woken);
   /// Puts a fiber back on sibling `s`'s queue in its vtime order, as it is
   /// (no wake-ups): a fiber picked and put back, or moved from the worker's
   /// own queue.

@@ -197,9 +197,10 @@ void Scheduler::enqueue_on(unsigned w, Fiber* f, Arrival why) {
   Worker& target = *workers_[w];
   WakeList wakes;
   target.core().lock().lock();
-  target.core().enqueue_locked(target.sibling_index(), f, wakes, why);
+  const bool needs_tick = target.core().enqueue_locked(target.sibling_index(), f, wakes, why);
   target.core().lock().unlock();
   wakes.notify();
+  if (needs_tick) want_fine_ticks();
 }
 
 void Scheduler::place(Fiber* f, Arrival why) {
@@ -235,7 +236,7 @@ void Scheduler::place_affine(Worker& here, Fiber* f) {
   CoreCoordinator& c = here.core();
   WakeList wakes;
   c.lock().lock();
-  c.enqueue_locked(here.sibling_index(), f, wakes, Arrival::woken);
+  (void)c.enqueue_locked(here.sibling_index(), f, wakes, Arrival::woken); // same cookie as the waker's: no turn to end
   c.note_affine_locked();
   c.lock().unlock();
   const bool sibling_takes_it = !wakes.empty(); // a sleeping sibling of this core can run it now

@@ -337,9 +337,10 @@ bool Worker::enqueue_spawned(Fiber* f) {
   core_.lock().lock();
   spill_local_locked();
   core_.drain_spawned_locked(sibling_); // the ring is full: it goes first, in spawn order
-  core_.enqueue_locked(sibling_, f, wakes, Arrival::spawned);
+  const bool needs_tick = core_.enqueue_locked(sibling_, f, wakes, Arrival::spawned);
   core_.lock().unlock();
   wakes.notify();
+  if (needs_tick) sched_.want_fine_ticks();
   return false;
 }
 

@@ -27,7 +27,7 @@ struct Core {
   }
   void add(unsigned s, Fiber& f) {
     WakeList w;
-    c.enqueue_locked(s, &f, w);
+    (void)c.enqueue_locked(s, &f, w);
   }
   Pick pick(unsigned s) {
     WakeList w;

@@ -84,7 +84,7 @@ void pick_op(long n) {
   WakeList w;
   for (std::size_t i = 0; i < f.size(); ++i) f[i].cookie = i % 2 + 1;
   core.lock().lock();
-  core.enqueue_locked(1, &f[3], w);
+  (void)core.enqueue_locked(1, &f[3], w);
   (void)core.pick_locked(1, w);
   for (std::size_t i = 0; i < 3; ++i) core.requeue_locked(0, &f[i]);
   Fiber* running = core.pick_locked(0, w).fiber;

@@ -32,7 +32,7 @@ double pick_ns(bool two_cookies, long n) {
   WakeList w;
   for (std::size_t i = 0; i < f.size(); ++i) f[i].cookie = two_cookies ? i % 2 + 1 : 0;
   core.lock().lock();
-  core.enqueue_locked(1, &f[3], w);
+  (void)core.enqueue_locked(1, &f[3], w);
   (void)core.pick_locked(1, w); // sibling 1 runs a fiber, as on a busy core
   for (std::size_t i = 0; i < 3; ++i) core.requeue_locked(0, &f[i]);
   Fiber* running = core.pick_locked(0, w).fiber;

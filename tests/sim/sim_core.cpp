@@ -43,6 +43,8 @@ CoreSim::CoreSim(unsigned pus, FairnessPolicy policy, std::uint64_t seed)
   g_now = 1'000'000'000 + rng_.range(0, kSlice);
   t0_ = g_now;
   next_tick_ = g_now + rng_.range(1, kTick);
+  last_tick_ = next_tick_ - kTick;
+  next_check_ = g_now + kTick;
   for (unsigned s = 0; s < n_; ++s) pus_[s].next = g_now; // workers start in find_work
 }
 
@@ -305,6 +307,7 @@ void CoreSim::notify(WakeList& w) {
     Pu& p = pus_[s];
     if (p.st == PuSt::asleep && core_.sibling(s).wake_word.load(std::memory_order_relaxed) != p.epoch) {
       p.st = PuSt::waking;
+      p.turn_end = 0; // woken: sleep_once returns, its timer with it
       p.next = g_now + wake_latency();
       trace(s, 8, -1);
     }
@@ -327,9 +330,25 @@ void CoreSim::place(int i) {
                                              : static_cast<unsigned>(rng_.range(0, n_ - 1));
   trace(to, 0, i);
   WakeList w;
-  core_.enqueue_locked(to, &r, w);
+  const bool needs_tick = core_.enqueue_locked(to, &r, w);
   queued(i);
   notify(w);
+  if (needs_tick) want_fine_ticks();
+}
+
+// Scheduler::want_fine_ticks and Ticker::poke: a coarse ticker ticks at the
+// first quarter-slice boundary not yet passed; a stopped one restarts.
+void CoreSim::want_fine_ticks() {
+  if (tick_fine_ && !tick_stopped_) return;
+  tick_hold_ = 8;
+  tick_fine_ = true;
+  if (tick_stopped_) {
+    tick_stopped_ = false;
+    last_tick_ = g_now;
+    next_tick_ = g_now + kTick;
+    return;
+  }
+  next_tick_ = last_tick_ + kTick * ((g_now - last_tick_) / kTick + 1);
 }
 
 // Worker::yield: requeue_locked, then pick_locked, under one lock.
@@ -407,6 +426,7 @@ void CoreSim::start(unsigned s, int i) {
   }
   pu.forced = false;
   set_idle(s, false);
+  if (tick_stopped_) want_fine_ticks(); // Scheduler::note_busy restarts it
   unqueued(i);
   set_running(i, s);
   ++pu.switches; // Worker::begin_run, or yield's "nothing else to run"
@@ -450,9 +470,22 @@ void CoreSim::find_work(unsigned s) {
       continue;
     }
     core_.prepare_sleep_locked(s);
+    // Worker::sleep_once: forced idle, it sleeps at most until the owner's
+    // turn ends; an overdue end it already acted on is asked again and then
+    // slept through (sleep_until_turn_end's once-per-turn's-end guard).
+    pu.turn_end = pu.forced ? core_.turn_due_locked(s) : 0;
+    pu.next = kNever;
+    if (pu.turn_end != 0) {
+      pu.blocker = core_.published_owner();
+      if (pu.turn_end == pu.turn_end_seen) {
+        core_.request_stop(pu.blocker);
+        pu.turn_end = 0;
+      } else {
+        pu.next = std::max(pu.turn_end, g_now) + wake_latency(); // a timer never fires early
+      }
+    }
     pu.epoch = core_.sibling(s).wake_word.load(std::memory_order_acquire);
     pu.st = PuSt::asleep;
-    pu.next = kNever;
     trace(s, 7, -1);
     notify(w);
     return;
@@ -475,8 +508,23 @@ void CoreSim::wake_helper(unsigned from) {
   }
 }
 
+// Worker::sleep_until_turn_end: the forced-idle sibling's timer fired at the
+// owner's turn's end. It asks the owner to stop, watches for the hand-over
+// (find_work's forced-idle rounds stand for the bounded watch) and picks.
+void CoreSim::turn_end_timer(unsigned s) {
+  Pu& pu = pus_[s];
+  pu.turn_end_seen = pu.turn_end;
+  pu.turn_end = 0;
+  core_.request_stop(pu.blocker);
+  core_.sibling(s).sleeping = false; // sleep_once clears it under the lock when it wakes itself
+  pu.st = PuSt::spinning;
+  pu.rounds = 0;
+  find_work(s);
+}
+
 void CoreSim::pu_event(unsigned s) {
   Pu& pu = pus_[s];
+  if (pu.st == PuSt::asleep) return turn_end_timer(s);
   if (pu.st != PuSt::running) {
     if (pu.st == PuSt::waking) pu.rounds = 0;
     pu.st = PuSt::spinning;
@@ -493,30 +541,50 @@ void CoreSim::pu_event(unsigned s) {
   stop(s, true);
 }
 
-// Scheduler::tick.
+// Scheduler::tick, at the period Ticker::run chooses.
 void CoreSim::tick() {
+  const auto units = static_cast<unsigned>(std::max<std::uint64_t>(1, (g_now - last_tick_ + kTick / 2) / kTick));
+  last_tick_ = g_now;
   const bool sibling_waits = core_.forced_idle_count() > 0;
+  bool busy = false, waiting = false;
   for (unsigned s = 0; s < n_; ++s) {
     Pu& p = pus_[s];
+    if (p.st == PuSt::running) {
+      busy = true;
+      waiting |= core_.queued_hint() > 0 && !sibling_waits;
+    }
     if (p.st != PuSt::running || p.switches != p.tick_seen) {
       p.tick_seen = p.switches;
       p.ticks_same = 0;
       continue;
     }
-    ++p.ticks_same;
+    p.ticks_same += static_cast<int>(units);
     if (p.ticks_same >= 4 || (sibling_waits && p.ticks_same >= 2)) {
       if (!core_.sibling(s).preempt.load(std::memory_order_relaxed)) trace(s, 1, p.fiber);
       core_.sibling(s).preempt.store(true, std::memory_order_relaxed);
     }
   }
-  next_tick_ += kTick;
-  check_fibers();
+  if (waiting) tick_hold_ = 8;
+  else if (tick_hold_ > 0) --tick_hold_;
+  tick_fine_ = tick_hold_ > 0;
+  tick_idle_units_ = busy ? 0 : tick_idle_units_ + units;
+  if (tick_idle_units_ > 64) { // stopped until a sibling starts a fiber (start)
+    tick_stopped_ = true;
+    tick_idle_units_ = 0;
+    next_tick_ = kNever;
+    return;
+  }
+  next_tick_ += kTick * (tick_fine_ ? 1 : 4);
 }
 
 void CoreSim::run_until(std::uint64_t t_end) {
   while (!failed()) {
-    std::uint64_t t = next_tick_;
-    int which = -1; // the ticker
+    std::uint64_t t = next_check_;
+    int which = -3; // the checks
+    if (next_tick_ < t) {
+      t = next_tick_;
+      which = -1; // the ticker
+    }
     if (!timers_.empty() && timers_.top().at < t) {
       t = timers_.top().at;
       which = -2;
@@ -541,7 +609,10 @@ void CoreSim::run_until(std::uint64_t t_end) {
     } else if (++event_burst_ > 100'000) {
       return fail("livelock: 100000 events at one instant");
     }
-    if (which == -1) {
+    if (which == -3) {
+      next_check_ += kTick;
+      check_fibers();
+    } else if (which == -1) {
       tick();
     } else if (which == -2) {
       const int i = timers_.top().fiber;

@@ -13,9 +13,20 @@
 //   Worker::yield. It parks (pick_locked, then a timer re-enqueues it, as
 //   Scheduler::place), finishes (pick_locked), or calls set_cookie
 //   (change_running_cookie_locked; yields if refused) at random times.
-// - The ticker runs every slice/4 with Scheduler::tick's rule: a busy
-//   sibling that has not switched for 4 ticks, or 2 while a sibling of the
-//   core is forced idle, gets its preempt flag.
+// - The ticker (Ticker, Scheduler::tick) ticks every slice/4 while fibers
+//   wait behind a busy sibling and no sibling is forced idle, and for 8 ticks
+//   after it last saw that or was asked to (Scheduler::want_fine_ticks: a
+//   fiber queued behind another cookie with no forced-idle sibling); otherwise
+//   every slice, a tick counting the quarter slices since the last. It stops
+//   once no sibling has been busy for 64 quarter slices and restarts (fine)
+//   when one starts a fiber. Its rule: a busy sibling that
+//   has not switched for 4 quarter slices, or 2 while a sibling of the core
+//   is forced idle, gets its preempt flag.
+// - A forced-idle sibling going to sleep arms a timer for the end of the
+//   owner's turn (turn_due_locked). When it fires (a timer latency later) it
+//   asks the owner to stop (request_stop) and picks again, as
+//   Worker::sleep_until_turn_end; an overdue turn's end is acted on once
+//   (the real one then sleeps until the hand-over wakes it).
 // - Idle siblings follow Worker::find_work: re-pick while spinning (16
 //   rounds, 256 while holding a spinner slot, at most half the idle PUs),
 //   then sleep_once (pick, prepare_sleep_locked); a sibling whose wake word
@@ -166,6 +177,9 @@ private:
     int rounds = 0;                                     // find_work's spin rounds
     bool spinning = false, idle = false, forced = false;
     std::uint32_t epoch = 0;                   // wake word when it went to sleep
+    std::uint64_t turn_end = 0;                // asleep forced idle: the owner's turn's end its timer is for
+    std::uint64_t turn_end_seen = 0;           // the last turn's end it acted on (Worker::turn_end_spun_)
+    std::uint64_t blocker = kNoCookie;         // the cookie it asks to stop
     std::uint64_t switches = 0, tick_seen = 0; // what the ticker reads
     int ticks_same = 0;
   };
@@ -198,6 +212,8 @@ private:
   void wake_helper(unsigned from);
   void pu_event(unsigned s);
   void tick();
+  void turn_end_timer(unsigned s);
+  void want_fine_ticks();
   // bookkeeping
   void queued(int f);
   void unqueued(int f);
@@ -222,6 +238,11 @@ private:
   std::array<CookieState, kMaxCookies> cookies_{};
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
   std::uint64_t timer_seq_ = 0, next_tick_ = 0, events_ = 0, max_fiber_wait_ = 0;
+  std::uint64_t next_check_ = 0;                 // the bounds are checked every quarter slice
+  std::uint64_t last_tick_ = 0;
+  bool tick_fine_ = true, tick_stopped_ = false; // the ticker's period, as Ticker keeps it
+  int tick_hold_ = 8;                            // Ticker::kFineHold
+  unsigned tick_idle_units_ = 0;
   int queued_total_ = 0, idle_count_ = 0, spinners_ = 0;
   std::uint64_t published_ = kNoCookie;
   std::uint64_t idle_since_ = kNever; // no cookie published while fibers are queued, since
