@@ -66,9 +66,9 @@ void add_options(CLI::App& sub, Settings& s) {
 /// The GEMM inputs: small integers, so every product and sum is exact in
 /// float and the result's checksum is the same on every ISA.
 struct GemmInputs {
-  std::vector<float> a, b;
+  PageMatrix a, b;
   double checksum = 0; ///< sum of all elements of a * b
-  GemmInputs() : a(gemm_n * gemm_n), b(gemm_n * gemm_n) {
+  GemmInputs() {
     for (std::size_t i = 0; i < gemm_n; ++i)
       for (std::size_t j = 0; j < gemm_n; ++j) {
         a[i * gemm_n + j] = static_cast<float>(static_cast<int>((i + j) % 7) - 3);
@@ -86,7 +86,7 @@ struct ComputeResult {
 };
 
 ComputeResult compute(const GemmInputs& in, Clock::time_point deadline) {
-  std::vector<float> c(gemm_n * gemm_n);
+  PageMatrix c;
   ComputeResult r;
   do {
     gemm64(in.a.data(), in.b.data(), c.data());
