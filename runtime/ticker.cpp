@@ -64,11 +64,28 @@ void Ticker::run() {
     else if (hold_ > 0) --hold_;
     fine_.store(hold_ > 0, std::memory_order_relaxed);
     // Stop after 64 quarter slices with no busy worker; poke() restarts it.
+    // Not if poked during this tick (hold_ set again): that poke saw it
+    // ticking and did not wake it.
     idle_units = seen.busy ? 0 : idle_units + units;
-    if (idle_units > 64) {
-      ticking_.store(false, std::memory_order_relaxed);
-      fine_.store(false, std::memory_order_relaxed);
+    if (idle_units > 64 && hold_ == 0) {
       idle_units = 0;
+      fine_.store(false, std::memory_order_relaxed);
+      ticking_.store(false, std::memory_order_seq_cst);
+      // A worker that turned busy after this tick looked, and then read
+      // ticking_ before the store above, did not poke. Look once more: with
+      // its seq_cst busy store and load of ticking_ (Scheduler::note_busy),
+      // either this look sees it busy or it sees the ticker stopped and
+      // pokes (the store-then-load pattern on both sides, as Dekker's).
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      lk.unlock();
+      const Seen again = tick_(0);
+      lk.lock();
+      if (again.busy && !ticking_.load(std::memory_order_relaxed)) {
+        ticking_.store(true, std::memory_order_relaxed);
+        fine_.store(true, std::memory_order_relaxed);
+        hold_ = kFineHold;
+        last = clock::now();
+      }
     }
   }
 }

@@ -43,7 +43,9 @@ public:
   /// Quarter slices in a coarse tick.
   static constexpr unsigned kCoarseUnits = 4;
 
-  /// `tick(units)`: `units` quarter slices have passed since the last tick.
+  /// `tick(units)`: `units` quarter slices have passed since the last tick
+  /// (0: a last look for busy workers before it stops, which must not count
+  /// as time).
   Ticker(std::chrono::nanoseconds period, std::function<Seen(unsigned units)> tick);
   ~Ticker();
   Ticker(const Ticker&) = delete;
@@ -55,8 +57,10 @@ public:
   void poke();
   /// Whether it ticks at the fine period (false: coarse or stopped).
   bool fine() const noexcept { return fine_.load(std::memory_order_relaxed); }
-  /// Whether it ticks at all (false: stopped, no worker was busy).
-  bool ticking() const noexcept { return ticking_.load(std::memory_order_relaxed); }
+  /// Whether it ticks at all (false: stopped, no worker was busy). seq_cst:
+  /// a worker that turns busy stores its flag seq_cst and then reads this,
+  /// which pairs with the ticker's last look before it stops (ticker.cpp).
+  bool ticking() const noexcept { return ticking_.load(std::memory_order_seq_cst); }
   void stop();
   /// Ticks run so far (Stats::ticks).
   std::uint64_t wakeups() const noexcept { return wakeups_.load(std::memory_order_relaxed); }

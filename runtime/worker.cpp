@@ -203,7 +203,7 @@ void Worker::switch_to(Fiber* next, After after) {
   current_ = next;
   if (next->is_task) {
     if (!prev_->is_task) {
-      busy.store(true, std::memory_order_relaxed);
+      busy.store(true, std::memory_order_seq_cst); // pairs with the ticker's last look before it stops (ticker.cpp)
       sched_.note_busy();
       run_tick_ = ticks_->load(std::memory_order_relaxed); // from a task fiber, charge() has just set it
     }

@@ -44,8 +44,10 @@ for bad in ("0", "x"):
     p = subprocess.run([bench, "matrix", "--slice-us", bad], capture_output=True, text=True, timeout=30)
     assert p.returncode != 0 and "slice-us" in p.stderr + p.stdout, (bad, p.returncode, p.stderr)
 # --compare-alternation: two plain threads take turns on the same CPUs, so
-# each gets about half of its Alone's events (both at once would read ~1.0),
-# and its per-ms-of-turn figure and ours over it are written.
+# the cpu thread holds the turn about half the run (both at once would hold
+# it throughout: 1.00 with the baton not waiting), and its per-ms-of-turn
+# figure and ours over it are written. (Its events over its own Alone's are
+# no check: a test running beside this one slows the two rows unevenly.)
 with tempfile.NamedTemporaryFile(suffix=".json") as out:
     subprocess.run([bench, "matrix", "--topology", "package:1 l3cache:1 core:1 pu:2", "--time", "0.4", "--runs", "1",
                     "--config", "Alone", "--config", "both tagged", "--compare-alternation", "--json", out.name],
@@ -54,8 +56,9 @@ with tempfile.NamedTemporaryFile(suffix=".json") as out:
 assert alt["available"] is True and alt["turn_us"] == 1000, alt
 arows = {c["name"]: c for c in alt["configs"]}
 assert list(arows) == ["Alone", "both tagged"], list(arows)
-alt_share = arows["both tagged"]["cpu_events_per_s"]["avg"] / arows["Alone"]["cpu_events_per_s"]["avg"]
-assert 0.2 <= alt_share <= 0.8, f"alternation: both tagged cpu / Alone = {alt_share:.2f}"
+run = arows["both tagged"]["runs"][0]
+held = run["cpu_owned_ns"] / 1e9 / run["elapsed_s"]
+assert 0.2 <= held <= 0.8, f"alternation: the cpu thread held its turn {held:.2f} of the run"
 assert arows["both tagged"]["mem_mib_per_s"]["avg"] > 0
 assert 0.3 <= alt["both_tagged_cpu_events_per_turn_ms_over_alone"] <= 1.5, alt
 assert alt["ours_over_alternation"] > 0, alt
