@@ -146,13 +146,18 @@ TEST_CASE("a forced-idle sibling ends the owner's turn on time while the ticker 
   // turn's end instead (no timer), the ticker's once-a-slice fallback ended
   // turns late: 19-23 changes of cookie in 62.5 slices, against 60-61 with
   // it, and 43-52 beside a CPU hog (ctest -j2 runs another test beside it, so
-  // the bound leaves room for that).
-  const auto [ticks, quarters, switches] = measure_busy_pair("core:1 pu:2", true, 500ms);
-  const double slices = quarters / 4;
-  INFO("ticks " << ticks << " in " << quarters << " quarter slices; " << switches << " changes of cookie in "
-                << slices << " slices");
-  CHECK(ticks < 0.5 * quarters);
-  CHECK(switches > 0.55 * slices);
+  // the bound leaves room for that). Under ASan alone it reads 55-61, but one
+  // CI run read 30: a stall of the VM can take a window's turns. So it takes
+  // the best of up to three windows; the mutation above fails all three.
+  Window w{};
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    w = measure_busy_pair("core:1 pu:2", true, 500ms);
+    UNSCOPED_INFO("window " << attempt << ": ticks " << w.ticks << " in " << w.quarters << " quarter slices; "
+                            << w.switches << " changes of cookie in " << w.quarters / 4 << " slices");
+    if (w.ticks < 0.5 * w.quarters && w.switches > 0.55 * w.quarters / 4) break;
+  }
+  CHECK(w.ticks < 0.5 * w.quarters);
+  CHECK(w.switches > 0.55 * w.quarters / 4);
 }
 
 TEST_CASE("a cookie arriving beside a core busy with another gets it within a few slices", "[ticker][fairness]") {
