@@ -24,12 +24,18 @@ import subprocess
 import sys
 import time
 
-PEERS = {  # name -> (display name, program in the bin dir)
-    "coresched": ("coresched", "peer-coresched"),
-    "boost_fiber": ("Boost.Fiber", "peer-boost-fiber"),
-    "go": ("Go", "peer-go"),
-    "threads": ("threads", "peer-threads"),
+PEERS = {  # name -> (display name, program in the bin dir, arguments after the workload's)
+    "coresched": ("coresched", "peer-coresched", []),
+    "boost_fiber": ("Boost.Fiber", "peer-boost-fiber", []),
+    "go": ("Go", "peer-go", []),
+    "threads": ("threads", "peer-threads", []),
+    # wake and channel across two workers with Go's goroutines locked to threads
+    # the kernel may place on any CPU, as this suite ran them until session 28:
+    # the woken thread then ran on its waker's CPU in about 40 % of wake-ups
+    # (peer.go, lockToCPU), so it is shown beside the pinned `Go` column.
+    "go_unpinned": ("Go unpinned", "peer-go", ["-unpinned"]),
 }
+BASE_PEERS = ["coresched", "boost_fiber", "go", "threads"]
 ECHO_SERVERS = {  # name -> (display name, argv after the bin dir)
     "coresched": ("coresched", ["peer-echo-coresched"]),
     "coresched_stream": ("RecvStream", ["peer-echo-coresched", "--recv-stream"]),
@@ -47,7 +53,7 @@ class Workload:
     def __init__(self, name, what, full, quick, scale=None, peers=None, higher_is_better=False):
         self.name, self.what, self.full, self.quick = name, what, full, quick
         self.scale = scale or {}
-        self.peers = peers or list(PEERS)
+        self.peers = peers or list(BASE_PEERS)
         self.higher_is_better = higher_is_better
 
     def size(self, peer, quick):
@@ -74,16 +80,17 @@ WORKLOADS = [
     Workload("skynet", "skynet: 1M leaves, 10-ary tree, sum of results (ns per leaf)", 1_000_000, 10_000,
              scale={"boost_fiber": 0.1}, peers=["coresched", "boost_fiber", "go"]),
     Workload("channel", "unbuffered channel round trip across 2 workers (ns)", 200_000, 5_000,
-             scale={"threads": 0.05}),
+             scale={"threads": 0.05}, peers=BASE_PEERS + ["go_unpinned"]),
     Workload("channel_1w", "unbuffered channel round trip on 1 worker (ns; no target)", 200_000, 5_000,
              scale={"threads": 0.05}),
     # Placed by each runtime (coresched: unpinned fibers; Go: plain goroutines,
     # which Go runs on the sender's thread): what an application gets.
     Workload("channel_any", "unbuffered channel round trip, fibers placed by the runtime (ns)", 200_000, 5_000,
              peers=["coresched", "go"]),
-    # Go: the woken goroutine locked to its own OS thread, the only way Go has
-    # to put it on another thread than its waker's (peer.go).
-    Workload("wake", "cross-worker wake latency, waker pauses --gap-us first (us)", 2_000, 200),
+    # Go: waker and woken goroutine locked to OS threads pinned to CPUs 0 and
+    # 1, the only way Go has to put them on two CPUs (peer.go, lockToCPU).
+    Workload("wake", "cross-worker wake latency, waker pauses --gap-us first (us)", 2_000, 200,
+             peers=BASE_PEERS + ["go_unpinned"]),
     Workload("wake_any", "wake latency, fibers placed by the runtime, waker pauses --gap-us first (us)", 2_000, 200,
              peers=["coresched", "go"]),
     # A runs on for 100 us after the wake-up before it waits (coresched: with
@@ -259,7 +266,7 @@ def run_one(args, w, peer):
     if w.name == "echo":
         return run_echo(args, peer)
     n = w.size(peer, args.quick)
-    argv = [os.path.join(args.bin_dir, PEERS[peer][1]), w.name, "-n", str(n)]
+    argv = [os.path.join(args.bin_dir, PEERS[peer][1]), w.name, "-n", str(n)] + PEERS[peer][2]
     if w.name.startswith("wake"):
         argv += ["--gap-us", str(args.gap_us)]
     return run_program(argv, args.timeout)

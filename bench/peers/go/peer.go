@@ -18,7 +18,9 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
+	"unsafe"
 )
 
 type figure struct {
@@ -102,15 +104,13 @@ func skynetWorkload(leaves int64, _ float64) []figure {
 	return []figure{{"time", "ns/leaf", ns}}
 }
 
-// Unbuffered channel round trip between two goroutines. Go cannot pin them to
-// two Ps; the scheduler may well run both on one (a receiver readied by a
-// send goes to the sender's P first) — that is Go's real behaviour.
-// Go cannot pin a goroutine to a P, and a goroutine readied by a send runs
-// next on the sender's P (runnext): measured here, the receiver of the plain
-// round trip ran on the sender's OS thread in 99.9 % of round trips. So the
-// round trip across two workers locks the server to its own OS thread
-// (runtime.LockOSThread), the only way Go has to keep the two apart; the
-// plain one (channel_any) lets Go place them.
+// Unbuffered channel round trip between two goroutines. Go cannot pin a
+// goroutine to a P, and a goroutine readied by a send runs next on the
+// sender's P (runnext): measured here, the receiver of the plain round trip
+// ran on the sender's OS thread in 99.9 % of round trips. So the round trip
+// across two workers locks client and server to threads pinned to CPUs 0 and
+// 1 (lockToCPU), the only way Go has to keep the two apart; the plain one
+// (channel_any) lets Go place them.
 func channelRoundTrip(n int64, _ float64) []figure {
 	return roundTrip(n, true)
 }
@@ -126,12 +126,57 @@ func channelRoundTrip1w(n int64, _ float64) []figure {
 	return roundTrip(n, false)
 }
 
-func roundTrip(n int64, lockServer bool) []figure {
+// Locks the calling goroutine to its OS thread and pins that thread to one
+// CPU; the returned function undoes both. A locked thread alone is not kept
+// on a CPU: the kernel's wake-affine placement ran the woken goroutine's
+// locked thread on its waker's CPU in 705-868 of 2,000 `wake` wake-ups
+// (18-19 us p50 there, 39-44 us on the other CPU), so an unpinned lock does
+// not measure a wake-up across CPUs, which coresched's pinned workers and the
+// threads peer always pay.
+//
+// With -unpinned, as this suite ran Go before session 28 (for the comparison
+// with it), only the woken goroutine (the one for CPU 1) is locked to its
+// thread, and nothing is pinned.
+var unpinned bool
+
+var cpuSplit bool // -cpu-split (printCPUSplit)
+
+func lockToCPU(cpu int) func() {
+	if unpinned {
+		if cpu == 0 {
+			return func() {}
+		}
+		runtime.LockOSThread()
+		return runtime.UnlockOSThread
+	}
+	runtime.LockOSThread()
+	var all, one [16]uint64 // cpu_set_t, 1024 CPUs
+	setaff := func(m *[16]uint64) {
+		if _, _, e := syscall.RawSyscall(syscall.SYS_SCHED_SETAFFINITY, 0, unsafe.Sizeof(*m), uintptr(unsafe.Pointer(m))); e != 0 {
+			fail("sched_setaffinity: " + e.Error())
+		}
+	}
+	if _, _, e := syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(all), uintptr(unsafe.Pointer(&all))); e != 0 {
+		fail("sched_getaffinity: " + e.Error())
+	}
+	one[cpu/64] = 1 << (cpu % 64)
+	setaff(&one)
+	return func() {
+		setaff(&all)
+		runtime.UnlockOSThread()
+	}
+}
+
+// Across two workers: the client (this goroutine) and the server locked to
+// threads pinned to CPUs 0 and 1 (lockToCPU).
+func roundTrip(n int64, pinned bool) []figure {
 	ping, pong := make(chan int64), make(chan int64)
+	if pinned {
+		defer lockToCPU(0)()
+	}
 	go func() {
-		if lockServer {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
+		if pinned {
+			defer lockToCPU(1)()
 		}
 		for v := range ping {
 			pong <- v + 1
@@ -158,9 +203,10 @@ func spinFor(d time.Duration) {
 }
 
 // A pauses gapUs, stamps and wakes B (blocked on a channel receive); B
-// records the latency. wake locks B to its own OS thread, so the wake-up
-// crosses threads (see channelRoundTrip); wake_any lets Go place B, and Go
-// runs it on A's thread (2,000 of 2,000 wake-ups, measured here).
+// records the latency. wake locks A and B to threads pinned to CPUs 0 and 1,
+// so the wake-up crosses CPUs (see channelRoundTrip and lockToCPU); wake_any
+// lets Go place B, and Go runs it on A's thread (2,000 of 2,000 wake-ups,
+// measured here).
 func wakeLatency(n int64, gapUs float64) []figure {
 	return wakeLatencyOf(n, gapUs, true)
 }
@@ -202,39 +248,86 @@ func wakeRunOn(n int64, gapUs float64) []figure {
 	return wakeLatencyRun(n, gapUs, false, 100*time.Microsecond)
 }
 
-func wakeLatencyOf(n int64, gapUs float64, lockB bool) []figure {
-	return wakeLatencyRun(n, gapUs, lockB, 0)
+func wakeLatencyOf(n int64, gapUs float64, pinned bool) []figure {
+	return wakeLatencyRun(n, gapUs, pinned, 0)
 }
 
-func wakeLatencyRun(n int64, gapUs float64, lockB bool, runOn time.Duration) []figure {
-	toB, toA := make(chan time.Time, 1), make(chan struct{}, 1)
+func wakeLatencyRun(n int64, gapUs float64, pinned bool, runOn time.Duration) []figure {
+	toB, toA := make(chan time.Time, 1), make(chan int, 1)
 	lat := make([]float64, 0, n)
 	done := make(chan struct{})
+	if pinned {
+		defer lockToCPU(0)()
+	}
 	go func() {
-		if lockB {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
+		if pinned {
+			defer lockToCPU(1)()
 		}
 		for i := int64(0); i < n; i++ {
 			stamp := <-toB
 			lat = append(lat, float64(time.Since(stamp).Nanoseconds())/1e3)
-			toA <- struct{}{}
+			cpu := -1
+			if cpuSplit {
+				cpu = getcpu()
+			}
+			toA <- cpu
 		}
 		close(done)
 	}()
 	gap := time.Duration(gapUs * 1000)
+	same := make([]bool, n)
 	for i := int64(0); i < n; i++ {
 		spinFor(gap)
+		cpu := -1
+		if cpuSplit {
+			cpu = getcpu()
+		}
 		toB <- time.Now()
 		if runOn > 0 {
 			spinFor(runOn)
 		}
-		<-toA
+		same[i] = <-toA == cpu && cpu >= 0
 	}
 	<-done
+	if cpuSplit {
+		printCPUSplit(lat, same)
+	}
 	sort.Float64s(lat)
-	pct := func(p float64) float64 { return lat[int(p/100*float64(len(lat)-1)+0.5)] }
-	return []figure{{"p50", "us", pct(50)}, {"p99", "us", pct(99)}}
+	return []figure{{"p50", "us", percentile(lat, 50)}, {"p99", "us", percentile(lat, 99)}}
+}
+
+// percentile of sorted values.
+func percentile(v []float64, p float64) float64 { return v[int(p/100*float64(len(v)-1)+0.5)] }
+
+const sysGetcpu = 309 // getcpu(2) on x86-64; package syscall does not name it
+
+func getcpu() int {
+	var cpu, node uint32
+	syscall.RawSyscall(sysGetcpu, uintptr(unsafe.Pointer(&cpu)), uintptr(unsafe.Pointer(&node)), 0)
+	return int(cpu)
+}
+
+// -cpu-split: how many wake-ups ran the woken goroutine on the CPU its waker
+// was on just before the send, and the p50 of each kind (on stderr).
+func printCPUSplit(lat []float64, same []bool) {
+	var on, off []float64
+	for i, v := range lat {
+		if same[i] {
+			on = append(on, v)
+		} else {
+			off = append(off, v)
+		}
+	}
+	sort.Float64s(on)
+	sort.Float64s(off)
+	line := fmt.Sprintf("go peer: woken on the waker's CPU in %d of %d wake-ups", len(on), len(lat))
+	if len(on) > 0 {
+		line += fmt.Sprintf(", p50 %.1f us", percentile(on, 50))
+	}
+	if len(off) > 0 {
+		line += fmt.Sprintf("; on another CPU p50 %.1f us, p99 %.1f us", percentile(off, 50), percentile(off, 99))
+	}
+	fmt.Fprintln(os.Stderr, line)
 }
 
 // The echo server: one listener, a goroutine per connection echoing what it reads.
@@ -289,6 +382,8 @@ func main() {
 	n := fs.Int64("n", 100000, "size of the trial")
 	gap := fs.Float64("gap-us", 300, "wake: microseconds the waker pauses before each wake")
 	noWarmup := fs.Bool("no-warmup", false, "skip the warm-up at a tenth of the size")
+	fs.BoolVar(&cpuSplit, "cpu-split", false, "wake*: report on stderr how many wake-ups ran on the waker's CPU, and the p50 of each kind")
+	fs.BoolVar(&unpinned, "unpinned", false, "wake, channel: lock the goroutines to OS threads but leave the threads on any CPU")
 	fs.Parse(os.Args[2:])
 	runtime.GOMAXPROCS(runtime.NumCPU())
 	if name == "echo-server" {
