@@ -80,10 +80,15 @@ int main(int argc, char** argv) {
   CLI::App app{"coresched echo server: prints PORT <n>, serves until killed"};
   bool stream = false;
   app.add_flag("--recv-stream", stream, "receive through an io::RecvStream (one multishot recv) instead of io::recv");
+  unsigned slice_us = 0;
+  app.add_option("--slice-us", slice_us, "the runtime's slice in microseconds (Options::slice; default its default)")
+      ->check(CLI::Range(100u, 1'000'000u));
   CLI11_PARSE(app, argc, argv);
   try {
     peers::raise_nofile_limit();
-    Runtime rt;
+    Options opts;
+    if (slice_us) opts.slice = std::chrono::microseconds(slice_us);
+    Runtime rt(opts);
     const auto workers = static_cast<unsigned>(rt.topology().pus().size());
     std::vector<int> listeners{peers::make_listener(0, true, false)};
     const int port = peers::local_port(listeners[0]);
