@@ -156,6 +156,9 @@ public:
   /// The longest any fiber stayed queued before it ran.
   std::uint64_t max_fiber_wait() const noexcept { return max_fiber_wait_; }
   std::size_t fibers() const noexcept { return fibers_.size(); }
+  /// How often a forced-idle sibling went on with a fiber of the cookie that
+  /// still owned the core (it stopped waiting without a hand-over).
+  std::uint64_t forced_took_owner() const noexcept { return forced_took_owner_; }
   bool done(int fiber) const noexcept { return fibers_[fiber].st == St::done; }
 
 private:
@@ -237,7 +240,7 @@ private:
   std::array<Pu, kMaxPusPerCore> pus_{};
   std::array<CookieState, kMaxCookies> cookies_{};
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
-  std::uint64_t timer_seq_ = 0, next_tick_ = 0, events_ = 0, max_fiber_wait_ = 0;
+  std::uint64_t timer_seq_ = 0, next_tick_ = 0, events_ = 0, max_fiber_wait_ = 0, forced_took_owner_ = 0;
   std::uint64_t next_check_ = 0;                 // the bounds are checked every quarter slice
   std::uint64_t last_tick_ = 0;
   bool tick_fine_ = true, tick_stopped_ = false; // the ticker's period, as Ticker keeps it
