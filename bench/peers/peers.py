@@ -31,7 +31,7 @@ PEERS = {  # name -> (display name, program in the bin dir, arguments after the 
     "threads": ("threads", "peer-threads", []),
     # wake and channel across two workers with Go's goroutines locked to threads
     # the kernel may place on any CPU, as this suite ran them until session 28:
-    # the woken thread then ran on its waker's CPU in about 40 % of wake-ups
+    # the woken thread then ran on its waker's CPU in 35-54 % of wake-ups
     # (peer.go, lockToCPU), so it is shown beside the pinned `Go` column.
     "go_unpinned": ("Go unpinned", "peer-go", ["-unpinned"]),
 }
@@ -189,7 +189,7 @@ def available_peers(args):
             ok.append(name)
             continue
         why = f"{', '.join(missing)} not found in {args.bin_dir}"
-        if name == "go" and not shutil.which("go"):
+        if PEERS.get(name, ("", ""))[1] == "peer-go" and not shutil.which("go"):
             why += " (go is not installed: apt-get install golang-go, then rebuild)"
         elif name == "coresched":
             sys.exit(f"peers: {why}; build first (cmake --build {args.build_dir} --target peer-suite)")

@@ -4,7 +4,7 @@
 // only, GOMAXPROCS = number of CPUs (1 for the one-worker yield), plus the
 // Go echo server (package net, a goroutine per connection, no net/http).
 //
-// Usage: "go-peer WORKLOAD [-n N] [-gap-us G] [-no-warmup]", or
+// Usage: "go-peer WORKLOAD [-n N] [-gap-us G] [-no-warmup] [-unpinned] [-cpu-split]", or
 // "go-peer echo-server", which prints "PORT <n>" and serves until killed.
 //
 // Output: one JSON object per line, as the C++ peers print (see peers.py).
@@ -126,24 +126,26 @@ func channelRoundTrip1w(n int64, _ float64) []figure {
 	return roundTrip(n, false)
 }
 
-// Locks the calling goroutine to its OS thread and pins that thread to one
-// CPU; the returned function undoes both. A locked thread alone is not kept
-// on a CPU: the kernel's wake-affine placement ran the woken goroutine's
-// locked thread on its waker's CPU in 705-868 of 2,000 `wake` wake-ups
-// (18-19 us p50 there, 39-44 us on the other CPU), so an unpinned lock does
-// not measure a wake-up across CPUs, which coresched's pinned workers and the
-// threads peer always pay.
+// Locks the calling goroutine to its OS thread and pins that thread to the
+// which-th CPU (0 or 1) the process may run on; the returned function undoes
+// both. A locked thread alone is not kept on a CPU: the kernel's wake-affine
+// placement ran the woken goroutine's locked thread on its waker's CPU in
+// 705-1,087 of 2,000 `wake` wake-ups (17.6-19.0 us p50 there, 37.9-43.8 us on
+// the other CPU), so an unpinned lock does not measure a wake-up across CPUs,
+// which coresched's pinned workers and the threads peer always pay.
 //
 // With -unpinned, as this suite ran Go before session 28 (for the comparison
-// with it), only the woken goroutine (the one for CPU 1) is locked to its
-// thread, and nothing is pinned.
+// with it), only the woken goroutine (which = 1) is locked to its thread, and
+// nothing is pinned.
 var unpinned bool
 
 var cpuSplit bool // -cpu-split (printCPUSplit)
 
-func lockToCPU(cpu int) func() {
+var warmingUp bool // the warm-up run at a tenth of the size: -cpu-split reports only the measured run
+
+func lockToCPU(which int) func() {
 	if unpinned {
-		if cpu == 0 {
+		if which == 0 {
 			return func() {}
 		}
 		runtime.LockOSThread()
@@ -159,6 +161,18 @@ func lockToCPU(cpu int) func() {
 	if _, _, e := syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(all), uintptr(unsafe.Pointer(&all))); e != 0 {
 		fail("sched_getaffinity: " + e.Error())
 	}
+	cpu, seen := -1, 0
+	for c := 0; c < 64*len(all) && cpu < 0; c++ {
+		if all[c/64]&(1<<(c%64)) != 0 {
+			if seen == which {
+				cpu = c
+			}
+			seen++
+		}
+	}
+	if cpu < 0 {
+		fail("pinning two goroutines to two CPUs needs two CPUs in the affinity mask")
+	}
 	one[cpu/64] = 1 << (cpu % 64)
 	setaff(&one)
 	return func() {
@@ -168,7 +182,7 @@ func lockToCPU(cpu int) func() {
 }
 
 // Across two workers: the client (this goroutine) and the server locked to
-// threads pinned to CPUs 0 and 1 (lockToCPU).
+// threads pinned to two CPUs (lockToCPU).
 func roundTrip(n int64, pinned bool) []figure {
 	ping, pong := make(chan int64), make(chan int64)
 	if pinned {
@@ -289,7 +303,7 @@ func wakeLatencyRun(n int64, gapUs float64, pinned bool, runOn time.Duration) []
 		same[i] = <-toA == cpu && cpu >= 0
 	}
 	<-done
-	if cpuSplit {
+	if cpuSplit && !warmingUp {
 		printCPUSplit(lat, same)
 	}
 	sort.Float64s(lat)
@@ -301,9 +315,15 @@ func percentile(v []float64, p float64) float64 { return v[int(p/100*float64(len
 
 const sysGetcpu = 309 // getcpu(2) on x86-64; package syscall does not name it
 
+// The CPU the calling thread runs on, or -1 (then no wake-up counts as on the waker's CPU).
 func getcpu() int {
+	if runtime.GOARCH != "amd64" {
+		return -1
+	}
 	var cpu, node uint32
-	syscall.RawSyscall(sysGetcpu, uintptr(unsafe.Pointer(&cpu)), uintptr(unsafe.Pointer(&node)), 0)
+	if _, _, e := syscall.RawSyscall(sysGetcpu, uintptr(unsafe.Pointer(&cpu)), uintptr(unsafe.Pointer(&node)), 0); e != 0 {
+		return -1
+	}
 	return int(cpu)
 }
 
@@ -375,7 +395,7 @@ func main() {
 		"wake_run_on": wakeRunOn, "pipeline": pipeline,
 	}
 	if len(os.Args) < 2 {
-		fail("usage: go-peer WORKLOAD|echo-server [-n N] [-gap-us G] [-no-warmup]")
+		fail("usage: go-peer WORKLOAD|echo-server [-n N] [-gap-us G] [-no-warmup] [-unpinned] [-cpu-split]")
 	}
 	name := os.Args[1]
 	fs := flag.NewFlagSet(name, flag.ExitOnError)
@@ -399,7 +419,9 @@ func main() {
 		if warm < 1 {
 			warm = 1
 		}
+		warmingUp = true
 		run(warm, *gap)
+		warmingUp = false
 	}
 	for _, f := range run(*n, *gap) {
 		fmt.Printf("{\"peer\": \"go\", \"workload\": \"%s\", \"metric\": \"%s\", \"unit\": \"%s\", \"value\": %g}\n",
