@@ -73,6 +73,13 @@ void Worker::leave_forced_idle() {
   forced_ = false;
   stop_owner_at_ = 0;
   sib_->spin_until.store(0, std::memory_order_relaxed);
+  // Leaving forced idle while the cookie it waited behind still owns the
+  // core (it took that cookie's fibers, stolen from another core, or one
+  // that became runnable here): its timer no longer ends that turn. If
+  // fibers still wait on the core, only the ticker's preemption request will
+  // (CoreCoordinator::enqueue_locked), so ask for its fine period. After a
+  // hand-over the owner is the cookie it waited for, and this is skipped.
+  if (core_.published_owner() == forced_blocker_ && core_.queued_hint() > 0) sched_.want_fine_ticks();
   const std::uint64_t span = now_ns() - forced_since_;
   core_.forced_idle_ns.fetch_add(span, std::memory_order_relaxed);
   if (trace_) [[unlikely]]

@@ -441,8 +441,13 @@ void CoreSim::find_work(unsigned s) {
         Trace{g_now, static_cast<int>(s), 6, p.kind == Pick::Kind::forced_idle ? -2 : -1, p.wanted};
     if (p.kind == Pick::Kind::run) {
       // A forced-idle sibling that takes a fiber of the cookie that still owns
-      // the core: its turn-end timer (if it slept) no longer times the turn.
-      if (pu.forced && core_.published_owner() == p.fiber->cookie) ++forced_took_owner_;
+      // the core: its turn-end timer (if it slept) no longer times the turn,
+      // so with fibers still queued it asks the ticker for its fine period
+      // (Worker::leave_forced_idle).
+      if (pu.forced && core_.published_owner() == p.fiber->cookie) {
+        ++forced_took_owner_;
+        if (core_.queued_hint() > 0) want_fine_ticks();
+      }
       start(s, static_cast<int>(p.fiber->id));
       if (core_.queued_hint() > 0) wake_helper(s);
       return;

@@ -26,7 +26,10 @@
 //   owner's turn (turn_due_locked). When it fires (a timer latency later) it
 //   asks the owner to stop (request_stop) and picks again, as
 //   Worker::sleep_until_turn_end; an overdue turn's end is acted on once
-//   (the real one then sleeps until the hand-over wakes it).
+//   (the real one then sleeps until the hand-over wakes it). A forced-idle
+//   sibling that goes on with a fiber of the cookie that still owns the core
+//   asks the ticker for its fine period if fibers are still queued
+//   (Worker::leave_forced_idle).
 // - Idle siblings follow Worker::find_work: re-pick while spinning (16
 //   rounds, 256 while holding a spinner slot, at most half the idle PUs),
 //   then sleep_once (pick, prepare_sleep_locked); a sibling whose wake word

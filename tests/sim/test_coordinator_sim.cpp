@@ -421,17 +421,15 @@ void stale_set_cookie(CoreSim& sim, Rng& rng, unsigned, Report&) {
 // sleeper asleep, sibling 1 alone is forced idle and times the turn's end;
 // when the sleeper wakes there, it leaves forced idle and its timer goes with
 // it (the scenario checks that this happened).
-// Only the ticker then ends cookie 1's turn: its next coarse tick sees fibers
-// waiting behind busy siblings with none forced idle and flags the runners
-// that have not switched since the tick before (a coarse tick counts the
-// four quarter slices it stands for); the pinned busy fiber is one, and its
-// pick hands the core over. Asking the ticker for its fine period at that
-// moment (tried in session 27, not in the runtime) would shorten the wait
-// somewhat: modelled, the per-run worst waits on the same 64 seeds read
-// median 2.44 ms against 2.75 ms without it, worst 3.48 against 3.44 ms. The
-// bound is two turns, as for `pinned`: cookie 1 owned the core with all its
-// siblings, and the wait after its sleeper's long bursts includes cookie 2's
-// catching up.
+// Only the ticker then ends cookie 1's turn, so sibling 1 asks it for its
+// fine period as it leaves forced idle (Worker::leave_forced_idle). Without
+// that, its next coarse tick sees fibers waiting behind busy siblings with
+// none forced idle and flags the runners that have not switched since the
+// tick before; the per-run worst waits on the same 64 seeds then read median
+// 2.75 ms against 2.44 ms with it (worst 3.44 against 3.48 ms), both within
+// the bound. The bound is two turns, as for `pinned`: cookie 1 owned the core
+// with all its siblings, and the wait after its sleeper's long bursts
+// includes cookie 2's catching up.
 void owner_wakes_beside(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
   sim.arrival_bound = kNever; // the sleeper coming back owes the others its lead first: see sleepers
   sim.wait_bound = 2 * sim.turn;
