@@ -26,10 +26,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 using namespace sim;
 
@@ -427,9 +429,11 @@ void stale_set_cookie(CoreSim& sim, Rng& rng, unsigned, Report&) {
 // none forced idle and flags the runners that have not switched since the
 // tick before; the per-run worst waits on the same 64 seeds then read median
 // 2.75 ms against 2.44 ms with it (worst 3.44 against 3.48 ms), both within
-// the bound. The bound is two turns, as for `pinned`: cookie 1 owned the core
+// the bound. The test case checks that median. The bound is two turns, as for `pinned`: cookie 1 owned the core
 // with all its siblings, and the wait after its sleeper's long bursts
 // includes cookie 2's catching up.
+std::vector<std::uint64_t> g_owner_wakes_worst; // each run's worst wait, for the median check below
+
 void owner_wakes_beside(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
   sim.arrival_bound = kNever; // the sleeper coming back owes the others its lead first: see sleepers
   sim.wait_bound = 2 * sim.turn;
@@ -443,6 +447,7 @@ void owner_wakes_beside(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
   run_for(sim, rng.range(2000, 4000) * kSlice);
   if (!sim.failed() && sim.forced_took_owner() == 0)
     sim.fail("owner_wakes_beside: the sleeper never woke onto its forced-idle sibling while its cookie owned the core");
+  g_owner_wakes_worst.push_back(std::max(sim.log(1).max_wait_ns, sim.log(2).max_wait_ns));
 }
 
 } // namespace
@@ -458,7 +463,19 @@ TEST_CASE("sim: a cookie in debt against two rivals that sleep and wake", "[sim]
   simulate("debtor_sleepers", debtor_sleepers, 16);
 }
 TEST_CASE("sim: the owner's fiber waking onto a forced-idle sibling", "[sim]") {
+  g_owner_wakes_worst.clear();
   simulate("owner_wakes_beside", owner_wakes_beside, 16);
+  // The request for fine ticks as sibling 1 leaves forced idle: the median of
+  // the runs' worst waits read 2.43-2.44 ms with it and 2.75-2.78 ms without
+  // it on six base seeds (0x5eedc0de2024, 1-5), and 2.42-2.52 ms against
+  // 2.72-2.83 ms at CORESCHED_STRESS_SCALE=0.2 (12 runs; eight seeds). The
+  // bound above holds either way.
+  auto& w = g_owner_wakes_worst;
+  REQUIRE(!w.empty());
+  std::nth_element(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(w.size() / 2), w.end());
+  const double median_us = static_cast<double>(w[w.size() / 2]) / kUs;
+  INFO("median of the runs' worst waits " << median_us << " us over " << w.size() << " runs");
+  CHECK(median_us < 2600);
 }
 TEST_CASE("sim: many cookies", "[sim]") { simulate("many_cookies", many_cookies, 12); }
 TEST_CASE("sim: one fiber of A against twenty of B", "[sim]") { simulate("one_vs_twenty", one_vs_twenty, 24); }
