@@ -440,11 +440,12 @@ void CoreSim::find_work(unsigned s) {
     trace_[trace_n_++ % trace_.size()] =
         Trace{g_now, static_cast<int>(s), 6, p.kind == Pick::Kind::forced_idle ? -2 : -1, p.wanted};
     if (p.kind == Pick::Kind::run) {
-      // A forced-idle sibling that takes a fiber of the cookie that still owns
-      // the core: its turn-end timer (if it slept) no longer times the turn,
-      // so with fibers still queued it asks the ticker for its fine period
-      // (Worker::leave_forced_idle).
-      if (pu.forced && core_.published_owner() == p.fiber->cookie) {
+      // A forced-idle sibling that goes on while the cookie it waited behind
+      // still owns the core (it took that cookie's fiber): its turn-end timer
+      // (if it slept) no longer times the turn, so with fibers still queued it
+      // asks the ticker for its fine period (Worker::leave_forced_idle). After
+      // a hand-over the owner is another cookie, and nothing is asked.
+      if (pu.forced && core_.published_owner() == pu.blocker) {
         ++forced_took_owner_;
         if (core_.queued_hint() > 0) want_fine_ticks();
       }
@@ -452,6 +453,7 @@ void CoreSim::find_work(unsigned s) {
       if (core_.queued_hint() > 0) wake_helper(s);
       return;
     }
+    if (p.kind == Pick::Kind::forced_idle && !pu.forced) pu.blocker = p.blocker; // Worker::enter_forced_idle
     pu.forced = p.kind == Pick::Kind::forced_idle;
     set_idle(s, true);
     if (!pu.spinning && !pu.forced && spinners_ * 2 < idle_count_) { // Scheduler::try_start_spinning

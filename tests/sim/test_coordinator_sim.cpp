@@ -429,9 +429,9 @@ void stale_set_cookie(CoreSim& sim, Rng& rng, unsigned, Report&) {
 // none forced idle and flags the runners that have not switched since the
 // tick before; the per-run worst waits on the same 64 seeds then read median
 // 2.75 ms against 2.44 ms with it (worst 3.44 against 3.48 ms), both within
-// the bound. The test case checks that median. The bound is two turns, as for `pinned`: cookie 1 owned the core
-// with all its siblings, and the wait after its sleeper's long bursts
-// includes cookie 2's catching up.
+// the bound. The test case checks that median. The bound is two turns, as
+// for `pinned`: cookie 1 owned the core with all its siblings, and the wait
+// after its sleeper's long bursts includes cookie 2's catching up.
 std::vector<std::uint64_t> g_owner_wakes_worst; // each run's worst wait, for the median check below
 
 void owner_wakes_beside(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
@@ -467,8 +467,8 @@ TEST_CASE("sim: the owner's fiber waking onto a forced-idle sibling", "[sim]") {
   simulate("owner_wakes_beside", owner_wakes_beside, 16);
   // The request for fine ticks as sibling 1 leaves forced idle: the median of
   // the runs' worst waits read 2.43-2.44 ms with it and 2.75-2.78 ms without
-  // it on six base seeds (0x5eedc0de2024, 1-5), and 2.42-2.52 ms against
-  // 2.72-2.83 ms at CORESCHED_STRESS_SCALE=0.2 (12 runs; eight seeds). The
+  // it on six base seeds (0x5eedc0de2024, 1-5), and 2.41-2.52 ms against
+  // 2.72-2.83 ms at CORESCHED_STRESS_SCALE=0.2 (12 runs, the same seeds). The
   // bound above holds either way.
   auto& w = g_owner_wakes_worst;
   REQUIRE(!w.empty());
