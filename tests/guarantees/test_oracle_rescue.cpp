@@ -67,12 +67,23 @@ TEST_CASE("fibers the rescue moves keep cookies apart", "[oracle][rescue]") {
       for (int k = 0; k < kSleepersPerCookie; ++k) sems[ci * kSleepersPerCookie + static_cast<std::size_t>(k)]->release();
     }, SpawnOptions{.cookie = c}));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(std::max(200, scaled(1500))));
+  // The rescue is timing-bound: a sanitized build on a loaded host moved 2-26
+  // fibers in 300 ms, and once none (CI, TSan). So the run lasts its time and
+  // then goes on, up to 20 times as long, until the rescue has moved one.
+  auto rescued_so_far = [&] {
+    std::uint64_t n = 0;
+    for (const auto& w : h.rt.stats().workers) n += w.rescued;
+    return n;
+  };
+  const auto run_for = std::chrono::milliseconds(std::max(200, scaled(1500)));
+  const auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(run_for);
+  while (rescued_so_far() == 0 && std::chrono::steady_clock::now() - start < 20 * run_for)
+    std::this_thread::sleep_for(10ms);
   stop.store(true);
   for (auto& f : fibers) f.join();
   h.stop_rivals();
-  std::uint64_t rescued = 0;
-  for (const auto& w : h.rt.stats().workers) rescued += w.rescued;
+  const std::uint64_t rescued = rescued_so_far();
   INFO("rescued " << rescued << ", woken fibers ran " << woken_ran.load() << " times");
   CHECK(rescued > 0);
   CHECK(woken_ran.load() > 0);
