@@ -26,6 +26,7 @@ using namespace coresched;
 using namespace std::chrono_literals;
 using test_support::stress_scale;
 using test_support::topo;
+using test_support::workers_runqueue_wait_ns;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -230,40 +231,31 @@ TEST_CASE("fairness holds across rounds of fresh cookies against a long-lived on
       auto a = rt.spawn(body, SpawnOptions{.cookie = fresh, .pin_to_pu = 0});
       auto b = rt.spawn(body, SpawnOptions{.cookie = Cookie{}, .pin_to_pu = 1});
       while (started.load() < 2) std::this_thread::sleep_for(1ms);
-      const Stats before = rt.stats();
-      std::this_thread::sleep_for(300ms);
-      const Stats after = rt.stats();
+      // A window in which the workers' threads waited 10 ms or more for a
+      // CPU (the host ran something else) is measured again, up to twice: a
+      // turn stretched at either edge is paid back only after the window.
+      double fa = 0, fb = 0, waited_ms = 0;
+      for (int attempt = 0; attempt < 3; ++attempt) {
+        const std::uint64_t waited_before = workers_runqueue_wait_ns();
+        const Stats before = rt.stats();
+        std::this_thread::sleep_for(300ms);
+        const Stats after = rt.stats();
+        waited_ms = static_cast<double>(workers_runqueue_wait_ns() - waited_before) / 1e6;
+        fa = static_cast<double>(after.cookie(fresh).core_ns - before.cookie(fresh).core_ns);
+        fb = static_cast<double>(after.cookie(Cookie{}).core_ns - before.cookie(Cookie{}).core_ns);
+        if (waited_ms < 10) break;
+      }
       stop = true;
       a.join();
       b.join();
-      const double fa = static_cast<double>(after.cookie(fresh).core_ns - before.cookie(fresh).core_ns);
-      const double fb = static_cast<double>(after.cookie(Cookie{}).core_ns - before.cookie(Cookie{}).core_ns);
-      INFO(to_string(policy) << " round " << round << " fresh " << fa << " untagged " << fb);
+      INFO(to_string(policy) << " round " << round << " fresh " << fa << " untagged " << fb << " (workers waited "
+                             << waited_ms << " ms for a CPU)");
       REQUIRE(fa + fb > 0);
       CHECK(fa / (fa + fb) >= 0.40);
       CHECK(fa / (fa + fb) <= 0.60);
     }
   }
 }
-
-namespace {
-// How long the runtime's worker threads have been runnable but not running
-// (ns): the kernel ran something else on their CPU. The second field of
-// /proc/self/task/<tid>/schedstat, for the threads named coresched-w<N>.
-std::uint64_t workers_runqueue_wait_ns() {
-  std::uint64_t sum = 0;
-  std::error_code ec;
-  for (const auto& d : std::filesystem::directory_iterator("/proc/self/task", ec)) {
-    std::ifstream comm(d.path() / "comm");
-    std::string name;
-    if (!std::getline(comm, name) || name.rfind("coresched-w", 0) != 0) continue;
-    std::ifstream st(d.path() / "schedstat");
-    std::uint64_t run = 0, wait = 0;
-    if (st >> run >> wait) sum += wait;
-  }
-  return sum;
-}
-} // namespace
 
 TEST_CASE("fairness: a cookie arriving after another ran alone for 2 s gets 40% of every 100 ms", "[fairness]") {
   // Regression (a user's report): cookie A, two busy fibers, ran alone on a
@@ -376,13 +368,18 @@ TEST_CASE("hand-overs between busy cookies are counted with their gaps", "[hando
     fibers.push_back(rt.spawn([&] {
       while (!stop.load(std::memory_order_relaxed)) this_fiber::preempt_point();
     }, SpawnOptions{.cookie = i ? a : b, .pin_to_pu = i}));
+  // 300 ms, and on up to 20 times as long until 20 hand-overs were seen (a
+  // sanitized build on a loaded host may make few in 300 ms).
+  const auto t0 = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  while (rt.stats().cores[0].handovers < 20 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(6))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   stop = true;
   for (auto& f : fibers) f.join();
   const CoreStats c = rt.stats().cores[0];
   INFO("hand-overs " << c.handovers << ", cookie switches " << c.cookie_switches << ", gap p50 "
                      << c.handover_gap_p50_ns << " p99 " << c.handover_gap_p99_ns << " max " << c.handover_gap_max_ns);
-  CHECK(c.handovers >= 20); // 300 ms of 1 ms slices; at most one per cookie switch
+  CHECK(c.handovers >= 20); // 300 ms of 1 ms slices make ~150-300; at most one per cookie switch
   CHECK(c.handovers <= c.cookie_switches);
   CHECK(c.handover_gap_p50_ns <= c.handover_gap_p99_ns);
   CHECK(c.handover_gap_p99_ns <= c.handover_gap_max_ns);

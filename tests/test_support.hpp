@@ -8,6 +8,9 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
 
 namespace test_support {
 
@@ -35,6 +38,24 @@ inline void busy_until(const std::atomic<bool>& stop) {
     asm volatile("" : : "r"(x));
     coresched::this_fiber::preempt_point();
   }
+}
+
+/// How long the runtime's worker threads have been runnable but not running
+/// (ns): the kernel ran something else on their CPU. The second field of
+/// /proc/self/task/<tid>/schedstat, for the threads named coresched-w<N>.
+/// Timing tests use it to tell a noisy try from a failing one.
+inline std::uint64_t workers_runqueue_wait_ns() {
+  std::uint64_t sum = 0;
+  std::error_code ec;
+  for (const auto& d : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream comm(d.path() / "comm");
+    std::string name;
+    if (!std::getline(comm, name) || name.rfind("coresched-w", 0) != 0) continue;
+    std::ifstream st(d.path() / "schedstat");
+    std::uint64_t run = 0, wait = 0;
+    if (st >> run >> wait) sum += wait;
+  }
+  return sum;
 }
 
 } // namespace test_support

@@ -130,11 +130,20 @@ TEST_CASE("a fiber waiting behind a runner keeps the ticker at the quarter slice
   std::atomic<bool> stop{false};
   auto a = rt.spawn([&] { test_support::busy_until(stop); });
   auto b = rt.spawn([&] { test_support::busy_until(stop); });
-  const auto [ticks, quarters, switches] = measure(rt, 300ms);
+  // Every late wake-up of the ticker's thread pushes back the ticks after it,
+  // and on a loaded host one window may lose many: the best of up to three
+  // (at a coarse period, the mutation this guards against, all three fail).
+  double ticks = 0, quarters = 1;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const auto w = measure(rt, 300ms);
+    ticks = static_cast<double>(w.ticks);
+    quarters = static_cast<double>(w.quarters);
+    UNSCOPED_INFO("window " << attempt << ": ticks " << ticks << " in " << quarters << " quarter slices");
+    if (ticks > 0.6 * quarters) break;
+  }
   stop = true;
   a.join();
   b.join();
-  INFO("ticks " << ticks << " in " << quarters << " quarter slices");
   CHECK(ticks > 0.6 * quarters);
 }
 
@@ -184,25 +193,38 @@ TEST_CASE("a cookie arriving beside a core busy with another gets it within a fe
     so.cookie = a;
     busy.push_back(rt.spawn([&] { test_support::busy_until(stop); }, so));
   }
-  std::vector<double> slices_waited;
-  for (int i = 0; i < 16 && !stop; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(40 + 3 * i)); // past the ticker's hold: coarse again
-    coresched::SpawnOptions so;
-    so.pin_to_pu = 0;
-    so.cookie = b;
-    std::atomic<bool> started{false};
-    const auto t0 = std::chrono::steady_clock::now();
-    auto h = rt.spawn([&started] { started = true; }, so);
-    while (!started && std::chrono::steady_clock::now() - t0 < 50 * 8ms) std::this_thread::sleep_for(100us);
-    slices_waited.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0) / 8ms);
-    if (!started) stop = true; // let B run, so that the test ends
-    h.join();
+  // 16 arrivals; B stamps its own start, so the polling thread's wake-up
+  // does not count. The best of up to three rounds: one stall of the VM (or
+  // of a sanitized build on a loaded host) can stretch one arrival past the
+  // bound, while with the slice-end request removed every round fails.
+  double median = 0, worst = 0;
+  for (int round = 0; round < 3 && !stop; ++round) {
+    std::vector<double> slices_waited;
+    for (int i = 0; i < 16 && !stop; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(40 + 3 * i)); // past the ticker's hold: coarse again
+      coresched::SpawnOptions so;
+      so.pin_to_pu = 0;
+      so.cookie = b;
+      std::atomic<bool> started{false};
+      std::chrono::steady_clock::time_point ran;
+      const auto t0 = std::chrono::steady_clock::now();
+      auto h = rt.spawn([&started, &ran] {
+        ran = std::chrono::steady_clock::now();
+        started = true;
+      }, so);
+      while (!started && std::chrono::steady_clock::now() - t0 < 50 * 8ms) std::this_thread::sleep_for(100us);
+      if (!started) stop = true; // let B run, so that the test ends
+      h.join();
+      slices_waited.push_back(std::chrono::duration<double>(ran - t0) / 8ms);
+    }
+    std::sort(slices_waited.begin(), slices_waited.end());
+    median = slices_waited[slices_waited.size() / 2];
+    worst = slices_waited.back();
+    UNSCOPED_INFO("round " << round << ": slices from arrival to start: median " << median << ", worst " << worst);
+    if (median < 2.0 && worst < 8.0) break;
   }
   stop = true;
   for (auto& f : busy) f.join();
-  std::sort(slices_waited.begin(), slices_waited.end());
-  const double median = slices_waited[slices_waited.size() / 2], worst = slices_waited.back();
-  INFO("slices from arrival to start: median " << median << ", worst " << worst);
   CHECK(median < 2.0);
   CHECK(worst < 8.0);
 }

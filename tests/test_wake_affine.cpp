@@ -14,6 +14,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 using namespace coresched;
 using test_support::topo;
@@ -101,25 +103,34 @@ TEST_CASE("a waker that runs on without a preemption point does not keep the fib
   // B waits on A's worker while A spins 60 ms with no preemption point and the
   // other worker sleeps. The slice tick's backlog rule wakes that worker to
   // steal B: it started 60 ms late without that rule.
-  Runtime rt(topo("core:2 pu:1"));
-  Semaphore to_b;
-  std::atomic<bool> b_parked{false};
-  Clock::time_point released, started;
-  auto b = rt.spawn([&] {
-    b_parked.store(true);
-    to_b.acquire();
-    started = Clock::now();
-  });
-  rt.spawn([&] {
-    while (!b_parked.load()) this_fiber::yield();
-    spin_for(std::chrono::microseconds(2000), false); // B has parked
-    released = Clock::now();
-    to_b.release();
-    spin_for(std::chrono::microseconds(60'000), false);
-  }).join();
-  b.join();
-  const double late = ms_since(released, started);
-  INFO("B started " << late << " ms after its wake-up");
+  // Up to three tries (one sample each; a stall of the host can take one):
+  // without the rule B starts 60 ms late in every one.
+  auto one_try = [] {
+    Runtime rt(topo("core:2 pu:1"));
+    Semaphore to_b;
+    std::atomic<bool> b_parked{false};
+    Clock::time_point released, started;
+    auto b = rt.spawn([&] {
+      b_parked.store(true);
+      to_b.acquire();
+      started = Clock::now();
+    });
+    rt.spawn([&] {
+      while (!b_parked.load()) this_fiber::yield();
+      spin_for(std::chrono::microseconds(2000), false); // B has parked
+      released = Clock::now();
+      to_b.release();
+      spin_for(std::chrono::microseconds(60'000), false);
+    }).join();
+    b.join();
+    return ms_since(released, started);
+  };
+  double late = 0;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    late = one_try();
+    UNSCOPED_INFO("try " << attempt << ": B started " << late << " ms after its wake-up");
+    if (late < 30.0) break;
+  }
   CHECK(late < 30.0);
 }
 
@@ -128,42 +139,57 @@ TEST_CASE("a waker that runs on with preemption points shares the work with an i
   // code does) for 40 ms; B then spins 40 ms too. They must run side by side
   // on the two workers within 10 ms, not only after the backlog rule of a
   // slice tick (a quarter slice: 25 ms here) finds them queued.
-  Options o = topo("core:2 pu:1");
-  o.slice = std::chrono::microseconds(100'000);
-  Runtime rt(o);
-  Semaphore to_b;
-  std::atomic<bool> b_parked{false}, a_running{false};
-  std::atomic<unsigned> a_worker{~0u};
-  Clock::time_point released;
-  std::atomic<double> apart_after_ms{-1};
-  auto b = rt.spawn([&] {
-    b_parked.store(true);
-    to_b.acquire();
-    const auto until = Clock::now() + std::chrono::milliseconds(40);
-    while (Clock::now() < until) {
-      if (apart_after_ms.load() < 0 && a_running.load() && a_worker.load() != this_fiber::location().worker)
-        apart_after_ms.store(ms_since(released, Clock::now()));
-      this_fiber::preempt_point();
-    }
-  });
-  rt.spawn([&] {
-    while (!b_parked.load()) this_fiber::yield();
-    spin_for(std::chrono::microseconds(2000), false);
-    released = Clock::now();
-    a_worker.store(this_fiber::location().worker);
-    a_running.store(true);
-    to_b.release();
-    const auto until = Clock::now() + std::chrono::milliseconds(40);
-    while (Clock::now() < until) {
+  // One try is one sample inside a 40 ms window: a try during which the
+  // workers' threads waited 5 ms or more for a CPU (the host ran something
+  // else) is run again, up to twice. A quiet miss is not retried: without
+  // the rule B lands at a tick of random phase, under 10 ms in ~40 % of tries.
+  auto one_try = [] {
+    Options o = topo("core:2 pu:1");
+    o.slice = std::chrono::microseconds(100'000);
+    Runtime rt(o);
+    const std::uint64_t waited_before = test_support::workers_runqueue_wait_ns();
+    Semaphore to_b;
+    std::atomic<bool> b_parked{false}, a_running{false};
+    std::atomic<unsigned> a_worker{~0u};
+    Clock::time_point released;
+    std::atomic<double> apart_after_ms{-1};
+    auto b = rt.spawn([&] {
+      b_parked.store(true);
+      to_b.acquire();
+      const auto until = Clock::now() + std::chrono::milliseconds(40);
+      while (Clock::now() < until) {
+        if (apart_after_ms.load() < 0 && a_running.load() && a_worker.load() != this_fiber::location().worker)
+          apart_after_ms.store(ms_since(released, Clock::now()));
+        this_fiber::preempt_point();
+      }
+    });
+    rt.spawn([&] {
+      while (!b_parked.load()) this_fiber::yield();
+      spin_for(std::chrono::microseconds(2000), false);
+      released = Clock::now();
       a_worker.store(this_fiber::location().worker);
-      this_fiber::preempt_point();
-    }
-    a_running.store(false);
-  }).join();
-  b.join();
-  INFO("A and B first ran on different workers " << apart_after_ms.load() << " ms after the wake-up (-1: never)");
-  CHECK(apart_after_ms.load() >= 0);
-  CHECK(apart_after_ms.load() < 10.0);
+      a_running.store(true);
+      to_b.release();
+      const auto until = Clock::now() + std::chrono::milliseconds(40);
+      while (Clock::now() < until) {
+        a_worker.store(this_fiber::location().worker);
+        this_fiber::preempt_point();
+      }
+      a_running.store(false);
+    }).join();
+    b.join();
+    const double waited_ms = static_cast<double>(test_support::workers_runqueue_wait_ns() - waited_before) / 1e6;
+    return std::pair<double, double>{apart_after_ms.load(), waited_ms};
+  };
+  double apart = -1, waited_ms = 0;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::tie(apart, waited_ms) = one_try();
+    UNSCOPED_INFO("try " << attempt << ": A and B first ran on different workers " << apart
+                         << " ms after the wake-up (-1: never); the workers waited " << waited_ms << " ms for a CPU");
+    if ((apart >= 0 && apart < 10.0) || waited_ms < 5) break;
+  }
+  CHECK(apart >= 0);
+  CHECK(apart < 10.0);
 }
 
 TEST_CASE("a thief leaves a core's one wake-affine fiber alone for the grace, then takes it", "[affine]") {
