@@ -125,6 +125,7 @@ void Worker::fiber_loop() {
       w->prev_ = f;
       w->after_ = After::retire;
       w->current_ = next;
+      w->count_switch();
       w->begin_run(next);
       w->after_resume(nullptr);
       continue;
@@ -148,6 +149,11 @@ bool Worker::may_run_inline(const Fiber* parent, const Fiber* child) const noexc
 }
 
 bool Worker::run_inline(Fiber* f, const JoinRecord* j) {
+  // Asked to stop (a slice end, another cookie due on the core): the joiner
+  // parks instead, and the pick that follows reconsiders the core; the child,
+  // still queued, runs in its turn. So a join is a preemption point, and a
+  // loop that spawns and joins without one is not left running for ever.
+  if (sib_->preempt.load(std::memory_order_relaxed)) return false;
   Fiber* parent = current_;
   // Only a child still queued here is certainly not running elsewhere; its
   // fields may be read only once that is established. Then `join` says
@@ -191,6 +197,14 @@ bool Worker::run_inline(Fiber* f, const JoinRecord* j) {
     thread_state_.load(CarriedState{});
   }
   current_ = f;
+  // Not a switch for the slice tick (Scheduler::tick), which asks a worker to
+  // yield once its switch count has stood still for a slice: an inline run is
+  // a call, and no pick reconsiders the core's cookie or queue. Counted, it
+  // kept a joiner that spawns and joins between preemption points from ever
+  // being asked to stop: with every sibling of a core running such joiners
+  // of one cookie, a waiting cookie owned the core for 0 ms of 300 (helper-12,
+  // every run), and fibers queued behind one waited as long (the rescue too
+  // reads the count). The child's own switches, if it blocks, are counted.
   begin_run(f);
   run_to_completion(f, true);
   Worker* w = Worker::current(); // the child may have migrated, and the parent with it

@@ -131,7 +131,6 @@ void Worker::begin_run(Fiber* f) {
   f->state.store(FiberState::running, std::memory_order_relaxed);
   publish_vtime(f);
   f->last_worker = index_;
-  switches.store(switches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   running_id.store(f->id, std::memory_order_relaxed);
   if (!seg_open_ || f->cookie != seg_cookie_) {
     const std::uint64_t now = now_ns();
@@ -207,6 +206,7 @@ void Worker::switch_to(Fiber* next, After after) {
       sched_.note_busy();
       run_tick_ = ticks_->load(std::memory_order_relaxed); // from a task fiber, charge() has just set it
     }
+    count_switch();
     begin_run(next);
   } else {
     busy.store(false, std::memory_order_relaxed);
@@ -377,7 +377,7 @@ void Worker::reschedule(Requeue how) {
   Sibling& me = sibling();
   if (me.preempt.load(std::memory_order_relaxed)) me.preempt.store(false, std::memory_order_relaxed);
   if (local_.empty()) {
-    switches.store(switches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    count_switch();
     publish_vtime(self);
     return;
   }
@@ -388,7 +388,7 @@ void Worker::reschedule(Requeue how) {
     local_.insert(self, self->vtime - vtime::kGranularity);
     next = local_.pop();
     if (next == self) { // it still leads the others by less than the granularity
-      switches.store(switches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      count_switch();
       publish_vtime(self);
       return;
     }
@@ -411,6 +411,7 @@ void Worker::reschedule(Requeue how) {
   prev_ = self;
   after_ = After::none;
   current_ = next;
+  count_switch();
   begin_run(next);
   jump(*self, *next, false);
 }
@@ -444,7 +445,7 @@ __attribute__((noinline)) void Worker::reschedule_shared(Fiber* self, Requeue ho
   if (p.fiber == self) { // nothing else to run here, or it still leads by less than the granularity
     self->context_saved.store(true, std::memory_order_relaxed);
     self->state.store(FiberState::running, std::memory_order_relaxed);
-    switches.store(switches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    count_switch();
     publish_vtime(self);
     check_isolation(self); // it republished its cookie under the lock
     restore_errno();          // poll_io and the wake-ups made system calls

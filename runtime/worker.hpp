@@ -217,7 +217,10 @@ private:
   void wait_for_stack(Fiber* f);
   static void run_to_completion(Fiber* f, bool by_handle) noexcept;
   bool may_run_inline(const Fiber* parent, const Fiber* child) const noexcept;
-  void begin_run(Fiber* f);
+  void begin_run(Fiber* f); // the caller counts the switch (count_switch), or not
+  // One more fiber switched in: the slice tick's measure of a worker that
+  // picks (Scheduler::tick). An inline join's child is not one (run_inline).
+  void count_switch() noexcept { switches.store(switches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
   void reschedule_shared(Fiber* self, Requeue how);
   void share_after_affine_wake();
   void charge(Fiber* f) noexcept;

@@ -55,7 +55,7 @@ struct CoreStats {
 struct WorkerStats {
   /// Worker index, equal to the PU's index in Topology::pus().
   unsigned worker = 0;
-  std::uint64_t switches = 0; ///< Fibers switched in.
+  std::uint64_t switches = 0; ///< Fibers switched in (a child run inline by its joiner is a call, not counted).
   std::uint64_t steals = 0;   ///< Fibers taken from other workers' queues.
   std::uint64_t sleeps = 0;   ///< Times the worker blocked for lack of work.
   std::uint64_t stalls = 0;   ///< Fibers reported for running past Options::stall_threshold without a preemption point.

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <string>
 #include <thread>
@@ -44,7 +45,9 @@ inline coresched::Options options_for(const std::string& spec) {
 /// A runtime and its oracle; rival fibers on demand.
 class Harness {
 public:
-  explicit Harness(const std::string& spec) : rt(options_for(spec)), oracle(rt.topology()) { oracle.prime(rt); }
+  explicit Harness(const std::string& spec) : Harness(options_for(spec)) {}
+  /// With options of the test's own (options_for(spec), then changed).
+  explicit Harness(coresched::Options o) : rt(std::move(o)), oracle(rt.topology()) { oracle.prime(rt); }
   // The runtime shuts down before the oracle goes: the last destructors of
   // fibers' captures (Stamper) run during shutdown and still stamp.
   ~Harness() {
@@ -122,6 +125,24 @@ private:
   std::shared_ptr<Owner> owner_;
   const char* what_;
 };
+
+/// What the scenarios throw: a tag says whose exception it is.
+struct Tagged {
+  std::uint64_t tag;
+};
+
+/// Whether std::current_exception() is the Tagged exception `tag`.
+inline bool current_is(std::uint64_t tag) {
+  const std::exception_ptr p = std::current_exception();
+  if (!p) return false;
+  try {
+    std::rethrow_exception(p);
+  } catch (const Tagged& t) {
+    return t.tag == tag;
+  } catch (...) {
+    return false;
+  }
+}
 
 /// Waits on a plain thread until `pred()` or `limit` passes; true if pred() held.
 template <class Pred> bool wait_for(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(30)) {

@@ -17,24 +17,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// What the scenarios throw: a tag says whose exception it is.
-struct Tagged {
-  std::uint64_t tag;
-};
-
-/// Whether std::current_exception() is the Tagged exception `tag`.
-bool current_is(std::uint64_t tag) {
-  const std::exception_ptr p = std::current_exception();
-  if (!p) return false;
-  try {
-    std::rethrow_exception(p);
-  } catch (const Tagged& t) {
-    return t.tag == tag;
-  } catch (...) {
-    return false;
-  }
-}
-
 /// Touches `n` bytes of stack; the child of the stack-size scenario.
 [[gnu::noinline]] int use_stack(std::size_t n) {
   volatile char* buf = static_cast<volatile char*>(__builtin_alloca(n));
