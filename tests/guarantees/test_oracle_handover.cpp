@@ -426,7 +426,9 @@ TEST_CASE("a cookie waiting behind owner fibers that join inline on every siblin
   if (via_forced_idle) spawn_owner(pus.back()); // wakes onto the sibling that waits for B
   const double b0 = core_ms(h.rt, b);
   const auto w0 = Clock::now();
-  std::this_thread::sleep_for(std::chrono::milliseconds(std::max(100, scaled(300))));
+  // Not scaled down: B's first run may come tens of ms after its spawn on a
+  // loaded, sanitized host, which a 100 ms window could not tell from starvation.
+  std::this_thread::sleep_for(300ms);
   const double b_ms = core_ms(h.rt, b) - b0;
   const double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - w0).count();
   stop.store(true);
