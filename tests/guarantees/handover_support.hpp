@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -71,6 +72,23 @@ public:
   std::atomic<long> max_us{0};
   std::atomic<long> turns{0};
 };
+
+/// A fiber of `c` that burns in 20 us bursts, a preemption point after each,
+/// until `stop`, noting its turns on `gap` if given: a filler that keeps a PU
+/// busy, or an always-runnable waiting cookie.
+inline coresched::JoinHandle<void> spawn_burner(Harness& h, const std::atomic<bool>& stop, Cookie c,
+                                               std::optional<unsigned> pin, const char* what,
+                                               GapMeter* gap = nullptr) {
+  return h.rt.spawn([&h, &stop, c, what, gap] {
+    Scope s(h.oracle, c, what);
+    Clock::time_point last{};
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (gap) gap->note(last);
+      s.burn(std::chrono::microseconds(20));
+      s.preempt_point();
+    }
+  }, coresched::SpawnOptions{.cookie = c, .pin_to_pu = pin});
+}
 
 /// The wall time a cookie held some core (Stats::cookie(c).core_ns), in ms.
 inline double core_ms(const Runtime& rt, Cookie c) { return static_cast<double>(rt.stats().cookie(c).core_ns) / 1e6; }

@@ -313,15 +313,7 @@ TEST_CASE("a forced-idle sibling that runs the owner's woken fiber does not star
     }
   }, SpawnOptions{.cookie = a, .pin_to_pu = pus.back()}));
   // B may run on any sibling of core 0 (pinned to the first: it cannot leave for core 1).
-  fibers.push_back(h.rt.spawn([&] {
-    Scope s(h.oracle, b, "waiting cookie");
-    Clock::time_point last{};
-    while (!stop.load(std::memory_order_relaxed)) {
-      gap_b.note(last);
-      s.burn(30us);
-      s.preempt_point();
-    }
-  }, SpawnOptions{.cookie = b, .pin_to_pu = pus.front()}));
+  fibers.push_back(spawn_burner(h, stop, b, pus.front(), "waiting cookie", &gap_b));
   const auto run_for = std::chrono::milliseconds(std::max(60, scaled(150)));
   std::this_thread::sleep_for(run_for);
   // B must have had turns (run until seen, generously capped).
@@ -397,14 +389,7 @@ TEST_CASE("a cookie waiting behind owner fibers that join inline on every siblin
   // before their inline join, which then parks and so picks).
   for (const auto& core : h.rt.topology().cores())
     if (core.index != 0)
-      for (unsigned pu : core.pus)
-        fibers.push_back(h.rt.spawn([&] {
-          Scope s(h.oracle, a, "filler on another core");
-          while (!stop.load(std::memory_order_relaxed)) {
-            s.burn(20us);
-            s.preempt_point();
-          }
-        }, SpawnOptions{.cookie = a, .pin_to_pu = pu}));
+      for (unsigned pu : core.pus) fibers.push_back(spawn_burner(h, stop, a, pu, "filler on another core"));
   const std::size_t first_batch = via_forced_idle ? pus.size() - 1 : pus.size();
   for (std::size_t i = 0; i < first_batch; ++i) spawn_owner(pus[i]);
   REQUIRE(wait_for([&] { return a_running.load() == first_batch; }));

@@ -60,14 +60,7 @@ public:
     multi_core = h.rt.topology().cores().size() > 1;
     for (const auto& core : h.rt.topology().cores())
       if (core.index != 0)
-        for (unsigned pu : core.pus)
-          fibers.push_back(h.rt.spawn([this] {
-            Scope s(h.oracle, a, "filler on another core");
-            while (!stop.load(std::memory_order_relaxed)) {
-              s.burn(20us);
-              s.preempt_point();
-            }
-          }, SpawnOptions{.cookie = a, .pin_to_pu = pu}));
+        for (unsigned pu : core.pus) fibers.push_back(spawn_burner(h, stop, a, pu, "filler on another core"));
   }
   ~Rig() { finish(); }
   Rig(const Rig&) = delete;
@@ -84,15 +77,20 @@ public:
 
   /// An always-runnable fiber of `c` (bursts and preemption points); its gaps on `gap`.
   void spawn_waiting(Cookie c, GapMeter& gap, std::optional<unsigned> pin) {
-    fibers.push_back(h.rt.spawn([this, c, &gap] {
-      Scope s(h.oracle, c, "waiting cookie");
-      Clock::time_point last{};
-      while (!stop.load(std::memory_order_relaxed)) {
-        gap.note(last);
-        s.burn(20us);
-        s.preempt_point();
-      }
-    }, SpawnOptions{.cookie = c, .pin_to_pu = pin}));
+    fibers.push_back(spawn_burner(h, stop, c, pin, "waiting cookie", &gap));
+  }
+  /// Two fibers of A per PU of core 0 that burn and yield to each other.
+  void spawn_yielders(std::atomic<int>& started, bool pinned) {
+    for (unsigned pu : pus)
+      for (int i = 0; i < 2; ++i)
+        fibers.push_back(h.rt.spawn([this, &started] {
+          Scope s(h.oracle, a, "yielder");
+          started.fetch_add(1);
+          while (!stop.load(std::memory_order_relaxed)) {
+            s.burn(15us);
+            s.yield();
+          }
+        }, owner_opts(pu, pinned)));
   }
 
   /// Ends every fiber: stop, release the blocked, join, wait for the relays.
@@ -273,16 +271,7 @@ TEST_CASE("a cookie waiting behind owner fibers that yield to each other gets th
   INFO(what);
   std::atomic<int> started{0};
   Rig r(base_options(spec));
-  for (unsigned pu : r.pus)
-    for (int i = 0; i < 2; ++i)
-      r.fibers.push_back(r.h.rt.spawn([&r, &started] {
-        Scope s(r.h.oracle, r.a, "yielder");
-        started.fetch_add(1);
-        while (!r.stop.load(std::memory_order_relaxed)) {
-          s.burn(15us);
-          s.yield();
-        }
-      }, r.owner_opts(pu, pinned)));
+  r.spawn_yielders(started, pinned);
   check_waiting_share(r, started, static_cast<int>(2 * r.pus.size()), what);
 }
 
@@ -507,15 +496,7 @@ TEST_CASE("an unpinned waiting cookie on cores all busy with owner ping-pong pai
     FAIL("A's fibers did not all start");
   }
   std::this_thread::sleep_for(3 * o.slice);
-  fibers.push_back(h.rt.spawn([&] {
-    Scope s(h.oracle, b, "waiting cookie");
-    Clock::time_point last{};
-    while (!stop.load(std::memory_order_relaxed)) {
-      gap_b.note(last);
-      s.burn(20us);
-      s.preempt_point();
-    }
-  }, SpawnOptions{.cookie = b}));
+  fibers.push_back(spawn_burner(h, stop, b, std::nullopt, "waiting cookie", &gap_b));
   const double b0 = core_ms(h.rt, b);
   const auto w0 = Clock::now();
   std::this_thread::sleep_for(window());
@@ -543,16 +524,7 @@ TEST_CASE("a cookie that sleeps between bursts beside owner yielders still gets 
   GapMeter gap_b;
   std::atomic<long> b_burned_us{0};
   Rig r(base_options(spec, policy));
-  for (unsigned pu : r.pus)
-    for (int i = 0; i < 2; ++i)
-      r.fibers.push_back(r.h.rt.spawn([&r, &started] {
-        Scope s(r.h.oracle, r.a, "yielder");
-        started.fetch_add(1);
-        while (!r.stop.load(std::memory_order_relaxed)) {
-          s.burn(15us);
-          s.yield();
-        }
-      }, r.owner_opts(pu, true)));
+  r.spawn_yielders(started, true);
   settle(r, started, static_cast<int>(2 * r.pus.size()));
   const Cookie b = Cookie::create();
   r.fibers.push_back(r.h.rt.spawn([&r, b, &gap_b, &b_burned_us] {
