@@ -195,26 +195,21 @@ TEST_CASE("random programs: shutdown while a sibling is forced idle", "[oracle][
     std::atomic<int> ended{0}, wrong{0}, cut_short{0}, started{0};
     int spawned = 0;
     std::vector<JoinHandle<void>> fibers;
-    for (std::size_t i = 0; i + 1 < pus.size(); ++i, ++spawned)
-      fibers.push_back(h->rt.spawn([&, hp = h.get()] {
-        Scope s(hp->oracle, a, "owner runner");
+    // A runner of `c` pinned to `pu`, until `stop`: A on every sibling but the last, B there.
+    auto runner = [&, hp = h.get()](Cookie c, unsigned pu, const char* what) {
+      ++spawned;
+      fibers.push_back(hp->rt.spawn([&, hp, c, what] {
+        Scope s(hp->oracle, c, what);
         started.fetch_add(1);
         while (!stop.load(std::memory_order_relaxed)) {
           s.burn(25us);
           s.preempt_point();
         }
         ended.fetch_add(1);
-      }, SpawnOptions{.cookie = a, .pin_to_pu = pus[i]}));
-    ++spawned;
-    fibers.push_back(h->rt.spawn([&, hp = h.get()] {
-      Scope s(hp->oracle, b, "waiting runner");
-      started.fetch_add(1);
-      while (!stop.load(std::memory_order_relaxed)) {
-        s.burn(25us);
-        s.preempt_point();
-      }
-      ended.fetch_add(1);
-    }, SpawnOptions{.cookie = b, .pin_to_pu = pus.back()}));
+      }, SpawnOptions{.cookie = c, .pin_to_pu = pu}));
+    };
+    for (std::size_t i = 0; i + 1 < pus.size(); ++i) runner(a, pus[i], "owner runner");
+    runner(b, pus.back(), "waiting runner");
     const int n_sleepers = 3;
     for (int k = 0; k < n_sleepers; ++k, ++spawned) {
       const bool detached = rng() % 2;
