@@ -60,50 +60,6 @@ void CoreCoordinator::count_queued(std::uint64_t cookie, int delta) {
   e.runnable = static_cast<std::size_t>(static_cast<long>(e.runnable) + delta);
 }
 
-// A cookie coming (back) to the core is placed at the floor, as CFS places a
-// waking task: old history neither starves it nor lets it starve others.
-//
-// The floor must be today's. While one cookie runs alone no pick reads the
-// clock (choose_cookie's single-candidate shortcut, and a same-cookie start),
-// so the owner's vruntime and min_vruntime_ are as old as the last
-// checkpoint: seconds, after a long solo run. A newcomer placed at that stale
-// floor was as far behind the owner as the solo run was long, and the owner
-// then got none of the core for as long (cookie A alone for T, then B: A
-// starved for T). So an arrival beside an owner first brings the books up to
-// date: one clock read, on this rare path only; a single cookie's yields,
-// wake-ups and picks still read none. The kernel fixed the same class of bug
-// in c6047c2e3af6 ("sched/fair: Snapshot the min_vruntime of CPUs on force
-// idle"). Without an owner the books are current: prepare_sleep_locked
-// checkpointed when the core went idle, and nothing accrues without one.
-//
-// forceidle_balance: the checkpoint also ends the span the other runnable
-// cookies waited so far, so the newcomer's `waited` (0: level with the owner)
-// counts from its arrival exactly. (A `fresh` flag used to skip its first,
-// stale span instead, which also dropped the wait between its arrival and the
-// next checkpoint.)
-void CoreCoordinator::arrive(CookieEntry& e) {
-  if (owner_ != kNoCookie) checkpoint(cfg_.clock());
-  place(e);
-}
-
-// Call with the books current (after a checkpoint, or with no owner).
-//
-// forceidle_balance places a newcomer level with the owner (0), but never
-// ahead of a cookie already waiting: it joins the back of the line. Placed at
-// 0, a cookie whose fibers sleep and wake again and again jumped ahead of a
-// cookie that owed time (negative `waited`, after a long turn) at every
-// wake-up; both then gained the same until the newcomer owned the core, and
-// set_owner's rebase took back exactly what the debtor had gained: two such
-// rivals starved it for good (fuzzer seed 1161: 5 s without a run, its
-// `waited` stuck at -135 ms in the fiber dump).
-void CoreCoordinator::place(CookieEntry& e) {
-  e.vruntime = std::max(e.vruntime, min_vruntime_);
-  std::int64_t floor = 0;
-  for (const auto& o : cookies_)
-    if (&o != &e && o.runnable && o.cookie != owner_) floor = std::min(floor, o.waited - 1);
-  e.waited = floor;
-}
-
 std::uint64_t CoreCoordinator::other_running(unsigned s) const noexcept {
   if (testing::ignore_siblings.load(std::memory_order_relaxed)) return kNoCookie;
   for (unsigned t = 0; t < size(); ++t) {
@@ -160,6 +116,8 @@ bool CoreCoordinator::enqueue_locked(unsigned s, Fiber* f, WakeList& wakes, Arri
   f->vtime = why == Arrival::spawned ? floor : vtime::placed(f->vtime, floor);
   target.queue.push(f);
   count_queued(f->cookie, +1);
+  if (why != Arrival::moved && !single_pu_ && f->cookie != owner_ && owner_ != kNoCookie)
+    preempt_owner_for(f->cookie);
   if (target.sleeping) {
     target.sleeping = false;
     wakes.add(&target);
@@ -192,92 +150,6 @@ bool CoreCoordinator::enqueue_locked(unsigned s, Fiber* f, WakeList& wakes, Arri
   // bound the simulation checks (tests/sim: 2.04-2.09 ms against 2).
   const std::uint64_t owner = published_owner();
   return !single_pu_ && owner != kNoCookie && owner != f->cookie && forced_idle_count() == 0;
-}
-
-// Core-wide virtual runtime: the cookie's owned wall time. Forced-idle
-// balance: the time it waited while another cookie held the core.
-bool CoreCoordinator::prefer(const CookieEntry& a, const CookieEntry& b) const noexcept {
-  if (cfg_.policy == FairnessPolicy::core_vruntime) return a.vruntime < b.vruntime;
-  return a.waited > b.waited;
-}
-
-void CoreCoordinator::checkpoint(std::uint64_t now) {
-  if (last_checkpoint_ == 0) last_checkpoint_ = now;
-  const auto span = static_cast<std::int64_t>(now - last_checkpoint_);
-  for (auto& e : cookies_) {
-    if (e.cookie == owner_) {
-      const std::uint64_t owned = now - owner_since_;
-      e.vruntime += owned;
-      owned_ns_[owner_] += owned;
-    } else if (e.runnable && owner_ != kNoCookie) {
-      e.waited += span; // runnable since the last checkpoint at least: see arrive()
-    }
-  }
-  owner_since_ = now;
-  last_checkpoint_ = now;
-  update_min_vruntime();
-}
-
-void CoreCoordinator::update_min_vruntime() {
-  std::uint64_t m = kNoCookie;
-  for (auto& e : cookies_)
-    if (e.runnable || e.cookie == owner_) m = std::min(m, e.vruntime);
-  if (m != kNoCookie) min_vruntime_ = std::max(min_vruntime_, m);
-}
-
-// Call after checkpoint(). Forced-idle balance keeps the owner at 0, so a
-// cookie's `waited` says how far ahead of the owner it is.
-void CoreCoordinator::set_owner(std::uint64_t cookie) {
-  // A hand-over when the cookie left still has work (it was preempted for
-  // fairness, not out of fibers): its gap runs until the new cookie starts.
-  handover_since_ = 0;
-  std::int64_t base = 0;
-  for (const auto& e : cookies_) {
-    if (e.cookie == cookie) base = e.waited;
-    else if (e.cookie == owner_ && e.runnable > 0) handover_since_ = owner_since_; // checkpoint() set it to now
-  }
-  handover_from_ = owner_;
-  owner_ = cookie;
-  owner_pub_.store(cookie, std::memory_order_relaxed);
-  cookie_switches.fetch_add(1, std::memory_order_relaxed);
-  for (auto& e : cookies_) e.waited -= base;
-}
-
-bool CoreCoordinator::choose_cookie(std::uint64_t running, std::uint64_t& out) {
-  CookieEntry* only = nullptr;
-  int candidates = 0;
-  for (auto& e : cookies_) {
-    if (e.runnable == 0 && e.cookie != running) continue;
-    ++candidates;
-    only = &e;
-  }
-  if (running != kNoCookie && candidates == 0) {
-    out = running;
-    return true;
-  }
-  if (candidates == 0) return false;
-  if (candidates == 1) { // the common case: no clock read
-    out = only->cookie;
-    return true;
-  }
-  checkpoint(cfg_.clock());
-  CookieEntry* best = nullptr;
-  CookieEntry* cur = nullptr;
-  for (auto& e : cookies_) {
-    if (e.runnable == 0 && e.cookie != running) continue;
-    if (!best || prefer(e, *best)) best = &e;
-    if (e.cookie == owner_) cur = &e;
-  }
-  // Hysteresis: the core leaves its current cookie only when another is
-  // ahead by a granularity, so two busy cookies alternate in slices, not per yield.
-  if (cur && best != cur) {
-    const bool ahead = cfg_.policy == FairnessPolicy::core_vruntime
-                           ? best->vruntime + cfg_.granularity_ns < cur->vruntime
-                           : best->waited > cur->waited + static_cast<std::int64_t>(cfg_.granularity_ns);
-    if (!ahead) best = cur;
-  }
-  out = best->cookie;
-  return true;
 }
 
 Fiber* CoreCoordinator::take(unsigned s, std::uint64_t cookie) {
@@ -528,51 +400,12 @@ std::uint64_t CoreCoordinator::running_cookie() const noexcept {
   return kNoCookie;
 }
 
-std::uint64_t CoreCoordinator::turn_due_locked(unsigned s) const noexcept {
-  if (!siblings_[s]->forced_idle || owner_ == kNoCookie) return 0;
-  const CookieEntry* own = nullptr;
-  const CookieEntry* next = nullptr;
-  for (const auto& e : cookies_) {
-    if (e.cookie == owner_) own = &e;
-    else if (e.runnable > 0 && (!next || prefer(e, *next))) next = &e;
-  }
-  if (!own || !next) return 0;
-  // choose_cookie leaves the owner once `next` is ahead by the granularity,
-  // after a checkpoint that brings the moving side up to date.
-  const auto gran = static_cast<std::int64_t>(cfg_.granularity_ns);
-  std::int64_t left; // from `since`, how long the moving side still has to move
-  std::uint64_t since;
-  if (cfg_.policy == FairnessPolicy::core_vruntime) {
-    // The owner's vruntime grows from owner_since_; the others' stand still.
-    left = static_cast<std::int64_t>(next->vruntime - own->vruntime) + gran;
-    since = owner_since_;
-  } else {
-    // The waiters' `waited` grows from the last checkpoint; the owner's stands.
-    left = own->waited + gran - next->waited;
-    since = last_checkpoint_;
-  }
-  // Overdue (left < 0): when it was due, not `since`, which each checkpoint
-  // moves to now (a forced-idle PU would otherwise wait for a turn's end that
-  // is always just now, and spin for ever beside an owner that never stops).
-  const auto due = static_cast<std::int64_t>(since) + left;
-  return due > 0 ? static_cast<std::uint64_t>(due) : 1;
-}
-
 CoreCoordinator::Handovers CoreCoordinator::handovers() {
   lock_.lock();
   const Handovers h{handover_gaps_.count(), handover_gaps_.quantile(0.5), handover_gaps_.quantile(0.99),
                     handover_gaps_.max()};
   lock_.unlock();
   return h;
-}
-
-std::vector<CoreCoordinator::CookieTime> CoreCoordinator::ownership() {
-  std::vector<CookieTime> out;
-  lock_.lock();
-  if (!single_pu() && owner_ != kNoCookie) checkpoint(cfg_.clock());
-  for (auto& [cookie, ns] : owned_ns_) out.push_back({cookie, ns});
-  lock_.unlock();
-  return out;
 }
 
 } // namespace coresched::detail

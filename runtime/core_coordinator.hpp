@@ -296,6 +296,7 @@ private:
     std::uint64_t vruntime = 0;  // core-wide: wall time this cookie owned the core
     std::int64_t waited = 0;     // time it was runnable while another cookie owned the core,
                                  // relative to the current owner (which sits at 0)
+    bool placed = false;         // it has arrived here before: place() may give it the sleeper credit
   };
   CookieEntry& entry(std::uint64_t cookie);
   void count_queued(std::uint64_t cookie, int delta);
@@ -304,6 +305,9 @@ private:
   std::uint64_t other_running(unsigned s) const noexcept;
   bool choose_cookie(std::uint64_t running, std::uint64_t& out);
   bool prefer(const CookieEntry& a, const CookieEntry& b) const noexcept;
+  bool leads(const CookieEntry& a, const CookieEntry& owner) const noexcept;
+  static constexpr unsigned kMinTurnShift = 3; // a turn's least length: granularity >> this
+  void preempt_owner_for(std::uint64_t cookie);
   void checkpoint(std::uint64_t now);
   Fiber* take(unsigned s, std::uint64_t cookie);
   Pick pick_single_pu(Sibling& me, bool count);
@@ -321,6 +325,7 @@ private:
   std::uint64_t owner_ = kNoCookie;  // the core's current cookie (sticky while idle)
   std::uint64_t owner_since_ = 0;
   std::uint64_t last_checkpoint_ = 0;
+  std::uint64_t turn_start_ = 0;   // when owner_ last changed (set_owner)
   std::uint64_t min_vruntime_ = 0; // monotonic floor, as CFS's min_vruntime
   void set_owner(std::uint64_t cookie);
   GapHistogram handover_gaps_;

@@ -290,9 +290,51 @@ TEST_CASE("set_cookie into a long-absent cookie places it at the floor", "[coord
   REQUIRE(core.c.change_running_cookie_locked(0, 9, w)); // alone: granted at once
   f[1].cookie = 9;
   core.add(1, fiber(f, 2, 5)); // cookie 5 has work again
-  fake_now += 6 * kMs / 10;
+  // 9 comes back with the sleeper credit (two granularities, 1 ms here): it
+  // owns the core for that and its granularity, 1.5 ms, not for 1 s.
+  fake_now += 14 * kMs / 10;
+  CHECK(core.pick(1).kind == Kind::forced_idle);
+  CHECK_FALSE(core.c.sibling(0).preempt.load()); // 9 keeps the core
+  fake_now += 2 * kMs / 10;
   const Pick p = core.pick(1);
   CHECK(p.kind == Kind::forced_idle);
   CHECK(p.wanted == 5);
-  CHECK(core.c.sibling(0).preempt.load()); // 9 has had its granularity: 5 is due
+  CHECK(core.c.sibling(0).preempt.load()); // 9 has had its credit and granularity: 5 is due
+}
+
+TEST_CASE("a cookie that comes back gets the sleeper credit, a new one does not", "[coordinator]") {
+  // Cookie 5 owns the core on sibling 0 for 10 ms; then cookie 6 arrives on
+  // sibling 1. New to the core, it is placed level with 5 and waits out the
+  // granularity. Had it been here before (a short visit first), it is placed
+  // the credit (two granularities) behind 5, is due at once, and its arrival
+  // asks the owner to stop (wake-up preemption between cookies).
+  for (const auto policy : {FairnessPolicy::core_vruntime, FairnessPolicy::forceidle_balance}) {
+    for (const bool visited : {false, true}) {
+      INFO(coresched::to_string(policy) << (visited ? ", 6 visited before" : ", 6 is new"));
+      Core core(2, policy, kMs / 2, fake_clock);
+      std::vector<Fiber> f(3);
+      if (visited) {
+        core.add(1, fiber(f, 2, 6, 1));
+        REQUIRE(core.pick(1).fiber == &f[2]);
+        fake_now += kMs / 10;
+        REQUIRE(core.pick(1).kind == Kind::idle);
+      }
+      core.add(0, fiber(f, 0, 5, 0));
+      REQUIRE(core.pick(0).fiber == &f[0]); // 5 owns the core
+      fake_now += 10 * kMs;
+      core.add(1, fiber(f, 1, 6, 1));
+      CHECK(core.c.sibling(0).preempt.load() == visited);
+      CHECK(core.pick(1).kind == Kind::forced_idle); // 5 still runs on sibling 0
+      fake_now += kMs / 10;
+      core.c.requeue_locked(0, &f[0]);
+      const Pick p = core.pick(0);
+      if (visited) {
+        CHECK(p.kind == Kind::forced_idle); // handed over: 6 is pinned to sibling 1
+        CHECK(p.blocker == 6);
+        CHECK(core.pick(1).fiber == &f[1]);
+      } else {
+        CHECK(p.fiber == &f[0]); // 6 is not ahead by the granularity: 5 keeps the core
+      }
+    }
+  }
 }

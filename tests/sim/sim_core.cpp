@@ -447,7 +447,7 @@ void CoreSim::find_work(unsigned s) {
       // a hand-over the owner is another cookie, and nothing is asked.
       if (pu.forced && core_.published_owner() == pu.blocker) {
         ++forced_took_owner_;
-        if (core_.queued_hint() > 0) want_fine_ticks();
+        if (fine_ticks_on_leave && core_.queued_hint() > 0) want_fine_ticks();
       }
       start(s, static_cast<int>(p.fiber->id));
       if (core_.queued_hint() > 0) wake_helper(s);

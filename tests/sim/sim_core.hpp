@@ -145,6 +145,9 @@ public:
   /// (d): the core may publish no cookie while fibers are queued for at most
   /// this: a hand-over's wake-up, not a lost one.
   std::uint64_t idle_bound = kSlice;
+  /// Model Worker::leave_forced_idle's request for fine ticks (off: to
+  /// measure what it is for).
+  bool fine_ticks_on_leave = true;
   /// Per-slice ownership of cookies `a` and `b` from now on, for window checks.
   void track_pair(std::uint64_t a, std::uint64_t b);
   /// (b): over every window of `window` slices tracked so far, both shares in

@@ -132,11 +132,12 @@ void collect(CoreSim& sim, Report& rep) {
 
 using Scenario = void (*)(CoreSim&, Rng&, unsigned pus, Report&);
 
-/// Runs `body` under both policies on 2- and 4-PU cores, `reps` seeds each.
-void simulate(const char* name, Scenario body, int reps) {
+/// Runs `body` under both policies on 2- and 4-PU cores, `reps` seeds each
+/// (scaled, but at least `min_reps`).
+void simulate(const char* name, Scenario body, int reps, int min_reps = 1) {
   const auto t0 = std::chrono::steady_clock::now();
   Budget b;
-  const int n = std::max(1, static_cast<int>(reps * test_support::stress_scale() + 0.5));
+  const int n = std::max(min_reps, static_cast<int>(reps * test_support::stress_scale() + 0.5));
   const char* only = std::getenv("CORESCHED_SIM_POLICY");
   for (auto policy : {FairnessPolicy::core_vruntime, FairnessPolicy::forceidle_balance}) {
     if (only && std::string(only) != coresched::to_string(policy)) continue;
@@ -433,8 +434,10 @@ void stale_set_cookie(CoreSim& sim, Rng& rng, unsigned, Report&) {
 // for `pinned`: cookie 1 owned the core with all its siblings, and the wait
 // after its sleeper's long bursts includes cookie 2's catching up.
 std::vector<std::uint64_t> g_owner_wakes_worst; // each run's worst wait, for the median check below
+bool g_fine_ticks_on_leave = true;
 
 void owner_wakes_beside(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
+  sim.fine_ticks_on_leave = g_fine_ticks_on_leave;
   sim.arrival_bound = kNever; // the sleeper coming back owes the others its lead first: see sleepers
   sim.wait_bound = 2 * sim.turn;
   for (unsigned s = 0; s < pus; ++s)
@@ -450,6 +453,40 @@ void owner_wakes_beside(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
   g_owner_wakes_worst.push_back(std::max(sim.log(1).max_wait_ns, sim.log(2).max_wait_ns));
 }
 
+// A request tenant beside a compute tenant: cookie 1 keeps every sibling
+// busy, cookie 2 is one fiber that runs briefly and sleeps (runnable a
+// fraction d of the time, were it never kept waiting). A fair core gives it
+// what it asks for, up to half: min(d, 0.5). Each run records the share it
+// got over that; the test case checks the runs' median and worst. It waits
+// for the core at every wake-up, so it never gets all it asks: with the
+// sleeper credit and wake-up preemption between cookies (session 30) the
+// median read 0.71-0.75 and the worst 0.17-0.37 (eight base seeds, 64 runs
+// each); placed level with the owner and waiting for the tick, as before,
+// 0.34 and 0.16 (the default seed).
+std::vector<double> g_sleeper_ratio;
+
+void sleeper_share(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
+  sim.arrival_bound = kNever; // waking just after its burst it may lead: see sleepers
+  sim.wait_bound = 2 * sim.turn;
+  for (unsigned s = 0; s < pus; ++s) sim.add(busy(1, rng), sim.now());
+  FiberSpec b = busy(2, rng);
+  b.run_mean = rng.range(50, 400) * kUs;
+  b.sleep_mean = rng.range(50, 400) * kUs;
+  sim.add(b, sim.now());
+  run_for(sim, 100 * kSlice);
+  sim.reset_logs();
+  const std::uint64_t t0 = sim.now();
+  run_for(sim, rng.range(1000, 2000) * kSlice);
+  if (sim.failed()) return;
+  const double share = static_cast<double>(sim.log(2).owned_ns) / static_cast<double>(sim.now() - t0);
+  const double demand = static_cast<double>(b.run_mean) / static_cast<double>(b.run_mean + b.sleep_mean);
+  g_sleeper_ratio.push_back(share / std::min(demand, 0.5));
+  if (verbose())
+    std::printf("[sim] sleeper_share: run %llu us, sleep %llu us, share %.3f of %.3f asked\n",
+                static_cast<unsigned long long>(b.run_mean / kUs), static_cast<unsigned long long>(b.sleep_mean / kUs),
+                share, std::min(demand, 0.5));
+}
+
 } // namespace
 
 TEST_CASE("sim: a cookie arriving after a long solo run of another", "[sim]") {
@@ -463,23 +500,42 @@ TEST_CASE("sim: a cookie in debt against two rivals that sleep and wake", "[sim]
   simulate("debtor_sleepers", debtor_sleepers, 16);
 }
 TEST_CASE("sim: the owner's fiber waking onto a forced-idle sibling", "[sim]") {
-  g_owner_wakes_worst.clear();
-  simulate("owner_wakes_beside", owner_wakes_beside, 16);
-  // The request for fine ticks as sibling 1 leaves forced idle: the median of
-  // the runs' worst waits read 2.43-2.44 ms with it and 2.75-2.78 ms without
-  // it on six base seeds (0x5eedc0de2024, 1-5), and 2.41-2.52 ms against
-  // 2.72-2.83 ms at CORESCHED_STRESS_SCALE=0.2 (12 runs, the same seeds). The
-  // bound above holds either way.
-  auto& w = g_owner_wakes_worst;
-  REQUIRE(!w.empty());
-  std::nth_element(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(w.size() / 2), w.end());
-  const double median_us = static_cast<double>(w[w.size() / 2]) / kUs;
-  INFO("median of the runs' worst waits " << median_us << " us over " << w.size() << " runs");
-  CHECK(median_us < 2600);
+  // The request for fine ticks as sibling 1 leaves forced idle, measured
+  // against the same seeds without it (CoreSim::fine_ticks_on_leave): the
+  // median of the runs' worst waits must be lower with it. Session 30, eight
+  // base seeds (0x5eedc0de2024, 1-7): 2.60-2.67 ms with it, 2.76-2.79 ms
+  // without. (It was checked against a fixed 2.6 ms until the sleeper credit
+  // moved both figures up by ~0.2 ms.) The bound above holds either way.
+  auto median_of_worst = [](bool fine) {
+    g_owner_wakes_worst.clear();
+    g_fine_ticks_on_leave = fine;
+    // 16 runs per policy and core size at any scale: with 3 (the sanitizer
+    // suites' 0.2), the two medians crossed on 2 of 8 base seeds.
+    simulate(fine ? "owner_wakes_beside" : "owner_wakes_beside (no fine ticks on leave)", owner_wakes_beside, 16, 16);
+    g_fine_ticks_on_leave = true;
+    auto& w = g_owner_wakes_worst;
+    REQUIRE(!w.empty());
+    std::nth_element(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(w.size() / 2), w.end());
+    return static_cast<double>(w[w.size() / 2]) / kUs;
+  };
+  const double with_us = median_of_worst(true), without_us = median_of_worst(false);
+  INFO("median of the runs' worst waits " << with_us << " us with the request, " << without_us << " us without");
+  CHECK(with_us < without_us);
 }
 TEST_CASE("sim: many cookies", "[sim]") { simulate("many_cookies", many_cookies, 12); }
 TEST_CASE("sim: one fiber of A against twenty of B", "[sim]") { simulate("one_vs_twenty", one_vs_twenty, 24); }
 TEST_CASE("sim: set_cookie storms", "[sim]") {
   simulate("cookie_storms", cookie_storms, 8);
   simulate("stale_set_cookie", stale_set_cookie, 8);
+}
+TEST_CASE("sim: a cookie that sleeps between bursts beside a busy one", "[sim]") {
+  g_sleeper_ratio.clear();
+  simulate("sleeper_share", sleeper_share, 16, 16);
+  auto& r = g_sleeper_ratio;
+  REQUIRE(!r.empty());
+  std::sort(r.begin(), r.end());
+  const double median = r[r.size() / 2], worst = r.front();
+  INFO("share over what it asked: median " << median << ", worst " << worst << " over " << r.size() << " runs");
+  CHECK(median > 0.55);
+  CHECK(worst > 0.1); // 0.17-0.37 over eight base seeds: runs that ask for little lose most to the wait
 }
