@@ -516,7 +516,7 @@ TEST_CASE("an unpinned waiting cookie on cores all busy with owner ping-pong pai
 // the owner (CoreCoordinator::place, no sleeper credit), so it waited out
 // the hysteresis (half a slice) at every burst and owned 8-17 % of core 0
 // (25-51 ms of 300, both topologies and policies); with the sleeper credit
-// and wake-up preemption between cookies, 40-45 % (120-135 ms of 300).
+// and wake-up preemption between cookies, 34-47 % (101-141 ms of 300).
 // Beside owner fibers that never yield but reach a preemption point every
 // 20 us (burners), B waits for the owner to be asked to stop: before session
 // 30, by the ticker, once a slice; now at its wake-up (preempt_owner_for).
