@@ -349,13 +349,19 @@ bool CoreCoordinator::change_running_cookie_locked(unsigned s, std::uint64_t coo
   if (!single_pu() && cookie != owner_) {
     checkpoint(cfg_.clock());
     // The fiber brings its new cookie to the core without queueing it, so
-    // count_queued never sees it arrive: place it here as any arrival, or a
-    // vruntime left from a visit long ago is credit against every cookie
-    // that ran since (found by the simulation: set_cookie into a cookie that
-    // had been away for seconds starved the fiber's old cookie while the
-    // new one ran). A cookie with fibers queued here is on the books already.
+    // count_queued never sees it arrive: place it here, or a vruntime left
+    // from a visit long ago is credit against every cookie that ran since
+    // (found by the simulation: set_cookie into a cookie that had been away
+    // for seconds starved the fiber's old cookie while the new one ran). It
+    // carries on from the old cookie's place (place: no sleeper credit). A
+    // cookie with fibers queued here is on the books already.
     CookieEntry& e = entry(cookie);
-    if (e.runnable == 0) place(e);
+    if (e.runnable == 0) {
+      const CookieEntry* old = nullptr;
+      for (const auto& c : cookies_)
+        if (c.cookie == owner_) old = &c;
+      place(e, old ? old : &e);
+    }
     set_owner(cookie);
     wake_sleepers(wakes, s, true);
   }

@@ -41,37 +41,55 @@ void CoreCoordinator::arrive(CookieEntry& e) {
 // Call with the books current (after a checkpoint, or with no owner).
 //
 // The sleeper credit. A cookie that comes back is placed up to two
-// granularities ahead of the floor, as CFS places a waking task up to half a
-// latency behind min_vruntime: it then leads the owner by more than
-// choose_cookie's hysteresis and takes the core at the next pick. Placed
-// level with the owner, as it was until session 30, a cookie that runs
-// briefly and sleeps (a request tenant beside a compute tenant) waited out
-// the hysteresis at every wake-up: in the simulation (sleeper_share) it got
-// a median 0.34 of what it asked for, up to half the core, and a real one
-// sleeping 100 us between 100 us bursts beside yielding owners got ~8 % of
-// the core where it asked for half. The credit cannot add up: it is measured
-// from the floor, which every runnable cookie is at or above, and a cookie
-// that runs moves up from it; so a cookie that sleeps and wakes for ever
-// leads the others by at most the credit, and owns at most that much more
-// of the core than its share, however often it comes back. A cookie new to
+// granularities below the floor, as CFS places a waking task up to half a
+// latency behind min_vruntime, but never further below the floor than its
+// own vruntime was: the lead is what it is owed, capped. It then leads the
+// owner by more than choose_cookie's hysteresis and takes the core at the
+// next pick. Placed level with the owner, as it was until session 30, a
+// cookie that runs briefly and sleeps (a request tenant beside a compute
+// tenant) waited out the hysteresis at every wake-up: in the simulation
+// (sleeper_share) it got a median 0.34 of what it asked for, up to half the
+// core, and a real one sleeping 100 us between 100 us bursts beside yielding
+// owners got ~8 % of the core where it asked for half. The credit cannot
+// add up: it is measured from the floor, which every runnable cookie is at
+// or above, and a cookie that runs moves up from it; so a cookie that sleeps
+// and wakes for ever leads the others by at most the credit. A cookie new to
 // the core (or forgotten by entry()) gets none: it has no history to bound
 // it, so a new cookie per request, each with the credit, would keep an owner
 // off the core for as long as they kept coming. It is placed level with the
 // owner, as CFS places a new task no earlier than min_vruntime.
 //
-// forceidle_balance places it the same credit ahead of the owner (0), but
+// forceidle_balance places it the same lead ahead of the owner (0), but
 // never ahead of a cookie already waiting: it joins the back of the line.
 // Placed ahead, a cookie whose fibers sleep and wake again and again jumped
 // ahead of a cookie that owed time (negative `waited`, after a long turn) at
 // every wake-up; both then gained the same until the newcomer owned the core,
 // and set_owner's rebase took back exactly what the debtor had gained: two
 // such rivals starved it for good (fuzzer seed 1161: 5 s without a run, its
-// `waited` stuck at -135 ms in the fiber dump).
-void CoreCoordinator::place(CookieEntry& e) {
-  const std::uint64_t credit = e.placed ? 2 * cfg_.granularity_ns : 0;
+// `waited` stuck at -135 ms in the fiber dump). The lead is bounded by the
+// vruntime books here too (both policies keep them): `waited` forgets what a
+// cookie ran, so a full credit at every wake-up let one that runs 1.4 ms and
+// sleeps 65 µs own 93 % of the core beside a busy one (helper-14, in the
+// simulation).
+//
+// `carried_from`: set_cookie, whose fiber carries on under the new cookie
+// (change_running_cookie_locked). That is no wake-up, so no credit: the new
+// cookie is placed no lower than the cookie it replaces, which keeps the
+// running fiber's place. With the credit (or at the floor), a fiber that
+// called set_cookie back and forth took a lead at every call and kept a
+// busy cookie off the core for good (helper-14: its share 0.000 under
+// forceidle_balance, and under either policy with 40 cookies, which entry()
+// forgets and which so came back at the floor, below the waiting cookie).
+void CoreCoordinator::place(CookieEntry& e, const CookieEntry* carried_from) {
+  std::uint64_t lead = 0;
+  if (carried_from) {
+    e.vruntime = std::max(e.vruntime, std::max(min_vruntime_, carried_from->vruntime));
+  } else {
+    if (e.placed && e.vruntime < min_vruntime_) lead = std::min(2 * cfg_.granularity_ns, min_vruntime_ - e.vruntime);
+    e.vruntime = std::max(e.vruntime, min_vruntime_ - lead);
+  }
   e.placed = true;
-  e.vruntime = std::max(e.vruntime, min_vruntime_ > credit ? min_vruntime_ - credit : 0);
-  auto floor = static_cast<std::int64_t>(credit);
+  auto floor = static_cast<std::int64_t>(lead);
   for (const auto& o : cookies_)
     if (&o != &e && o.runnable && o.cookie != owner_) floor = std::min(floor, o.waited - 1);
   e.waited = floor;
@@ -185,13 +203,18 @@ bool CoreCoordinator::leads(const CookieEntry& a, const CookieEntry& owner) cons
 // that out at every wake-up. So the owner is asked to stop now (request_stop:
 // the pick under the lock still decides). Not while the owner's turn is
 // younger than its least length (kMinTurnShift: an eighth of a granularity,
-// 62.5 µs at the default), which bounds the hand-overs wake-ups cause to one
-// per least turn: each costs a sibling's wake-up, µs on bare metal and tens
-// of µs on a VM. A cookie that wakes in a younger turn waits for the tick or
-// the forced-idle sibling's timer, as any waiting cookie does. In the
+// 62.5 µs at the default), so each turn a wake-up ends has lasted that long:
+// a waking cookie takes the core from a busy one at most once per least turn
+// plus its own burst, each time two hand-overs (there, and back as its burst
+// ends), each a sibling's wake-up, µs on bare metal and tens of µs on a VM
+// (helper-14, in the simulation: three cookies waking every 65-100 µs for
+// 5-20 µs bursts caused 12,000-33,000 changes of cookie a second, against
+// 3,200 before, and got 10-36 % of the core, about what they asked, against
+// 1-5 %). A cookie that wakes in a younger turn waits for the tick or the
+// forced-idle sibling's timer, as any waiting cookie does. In the
 // simulation (sleeper_share: a cookie that runs and sleeps 50-400 µs at a
-// time beside a busy one) the median share over what it asked was 0.71 with
-// this; with the credit alone 0.43, and 0.34 before either. (Measured before
+// time beside a busy one) the median share over what it asked was 0.71-0.75
+// with this; with the credit alone 0.43, and 0.34 before either. (Measured before
 // choose_cookie kept young turns too: a least turn of a granularity gave
 // 0.45, a quarter 0.65, an eighth 0.82.)
 void CoreCoordinator::preempt_owner_for(std::uint64_t cookie) {

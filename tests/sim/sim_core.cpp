@@ -62,8 +62,8 @@ int CoreSim::add(const FiberSpec& spec, std::uint64_t at) {
       spec.pinned != kNotPinned ? static_cast<unsigned>(spec.pinned) : static_cast<unsigned>(rng_.range(0, n_ - 1));
   SimFiber& f = fibers_.emplace_back();
   f.spec = spec;
-  f.burst_left = spec.run_mean ? rng_.exp(spec.run_mean) : kNever;
-  f.storm_left = spec.storm_mean ? rng_.exp(spec.storm_mean) : kNever;
+  f.burst_left = spec.run_mean ? length(spec.run_mean, spec.exact) : kNever;
+  f.storm_left = spec.storm_mean ? length(spec.storm_mean, spec.exact) : kNever;
   timers_.push({std::max(at, g_now), timer_seq_++, i});
   return i;
 }
@@ -168,6 +168,8 @@ std::uint64_t CoreSim::wake_latency() noexcept {
   // An eventfd write to a worker sleeping in io_uring: 10-90 us on the VM, rarely more.
   return rng_.chance(0.02) ? rng_.range(90 * kUs, 300 * kUs) : rng_.range(5 * kUs, 90 * kUs);
 }
+
+std::uint64_t CoreSim::length(std::uint64_t mean, bool exact) noexcept { return exact ? mean : rng_.exp(mean); }
 
 std::uint64_t CoreSim::notice_latency(const SimFiber& f) noexcept { return rng_.range(0, f.spec.pp_gap); }
 
@@ -375,8 +377,8 @@ void CoreSim::stop(unsigned s, bool park) {
   const Pick p = pick(s);
   if (park) {
     f.st = St::parked;
-    f.burst_left = rng_.exp(f.spec.run_mean);
-    timers_.push({g_now + rng_.exp(f.spec.sleep_mean), timer_seq_++, i});
+    f.burst_left = length(f.spec.run_mean, f.spec.exact);
+    timers_.push({g_now + length(f.spec.sleep_mean, f.spec.exact), timer_seq_++, i});
   } else {
     f.st = St::done;
   }
@@ -389,8 +391,11 @@ void CoreSim::set_cookie(unsigned s) {
   const int i = pus_[s].fiber;
   SimFiber& f = fibers_[static_cast<std::size_t>(i)];
   Fiber& r = records_[static_cast<std::size_t>(i)];
-  f.storm_left = rng_.exp(f.spec.storm_mean);
-  const std::uint64_t to = rng_.range(1, f.spec.storm_cookies);
+  f.storm_left = length(f.spec.storm_mean, f.spec.exact);
+  const std::uint64_t first = f.spec.storm_first;
+  const std::uint64_t to = !first                                                 ? rng_.range(1, f.spec.storm_cookies)
+                           : r.cookie < first || r.cookie >= f.spec.storm_cookies ? first
+                                                                                   : r.cookie + 1;
   trace(s, 5, i);
   if (to != r.cookie) {
     --cookies_[r.cookie].running;

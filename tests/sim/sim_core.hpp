@@ -95,6 +95,8 @@ struct FiberSpec {
   std::uint64_t sleep_mean = 0;    // ... for ~this long (a sleeper)
   std::uint64_t storm_mean = 0;    // > 0: set_cookie every ~this much running ...
   std::uint64_t storm_cookies = 0; // ... to one of cookies 1 .. storm_cookies
+  std::uint64_t storm_first = 0;   // > 0: ... to the next of storm_first .. storm_cookies in turn instead
+  bool exact = false;              // the means above are exact lengths, not exponential ones
 };
 
 /// Per cookie, what the simulation saw.
@@ -234,6 +236,7 @@ private:
   void set_idle(unsigned s, bool on);
   std::uint64_t wake_latency() noexcept;
   std::uint64_t notice_latency(const SimFiber& f) noexcept;
+  std::uint64_t length(std::uint64_t mean, bool exact) noexcept; // a run, sleep or storm length
   void trace(unsigned pu, int what, int fiber);
 
   Rng rng_;
