@@ -28,6 +28,7 @@ struct Settings {
   unsigned request_fibers = 0; ///< 0: two per PU
   unsigned reads = 16;
   unsigned table_mb = 256;
+  unsigned think_us = 0; ///< > 0: each client sleeps this long between requests
   double time_s = 5;
   unsigned runs = 3;
   std::optional<FairnessPolicy> policy;
@@ -50,6 +51,10 @@ void add_options(CLI::App& sub, Settings& s) {
       ->capture_default_str()->check(CLI::Range(1u, 1000000u));
   sub.add_option("--table-mb", s.table_mb, "Size of tenant B's in-memory table, MiB")
       ->capture_default_str()->check(CLI::Range(1u, 1u << 20));
+  sub.add_option("--think-us", s.think_us,
+                 "Each client sleeps this long between requests (0: none, a closed loop); latency is then timed "
+                 "from when the request was due, so it includes the wait for the core after the sleep")
+      ->capture_default_str()->check(CLI::Range(0u, 10000000u));
   sub.add_option("--time", s.time_s, "Seconds per run")->capture_default_str()->check(positive_seconds());
   sub.add_option("--runs", s.runs, "Runs per policy")->capture_default_str()->check(CLI::Range(1u, 100000u));
   auto* policy = add_policy_option(sub, s.policy);
@@ -140,10 +145,19 @@ struct ClientResult {
 
 /// A client: one request at a time until the deadline (a closed loop, like
 /// sysbench's OLTP threads), then closes the link, which ends its server.
-ClientResult client(Link& l, unsigned reads, std::size_t rows, std::uint64_t first_seed, Clock::time_point deadline) {
+/// With a think time it sleeps between requests, so tenant B sleeps too, and
+/// each request is timed from when it was due: what a caller outside the
+/// runtime would see, the wait for the core after the sleep included (timed
+/// from the fiber's own restart, that wait would not show).
+ClientResult client(Link& l, unsigned reads, std::size_t rows, std::uint64_t first_seed, Clock::time_point deadline,
+                    std::chrono::microseconds think) {
   ClientResult r;
   for (std::uint64_t seed = first_seed; Clock::now() < deadline; ++seed) {
-    const auto t0 = Clock::now();
+    auto t0 = Clock::now();
+    if (think.count() > 0) {
+      t0 += think;
+      this_fiber::sleep_until(t0);
+    }
     l.requests.send(seed);
     const auto sum = l.replies.recv();
     r.latency.add(micros(Clock::now() - t0));
@@ -204,7 +218,7 @@ RequestTenant spawn_requests(Runtime& rt, const Settings& s, const Shared& sh, C
     t.servers.push_back(rt.spawn([&l, &sh, &s] { serve(l, sh.table, s.reads); }, {.cookie = b}));
     const std::uint64_t seed = first_seed + (std::uint64_t{i} << 40); // disjoint seeds per client
     t.clients.push_back(rt.spawn([&l, &s, &sh, seed, deadline] {
-      return client(l, s.reads, sh.table.size(), seed, deadline);
+      return client(l, s.reads, sh.table.size(), seed, deadline, std::chrono::microseconds(s.think_us));
     }, {.cookie = b}));
   }
   return t;
@@ -288,7 +302,10 @@ void print_tenants_header(const Settings& s, const Runtime& rt) {
       {"slice", fmt::format("{} us", o.slice.count())},
       {"tenant A", fmt::format("{} compute fibers, {}x{} float GEMMs, own cookie", s.compute_fibers, gemm_n, gemm_n)},
       {"tenant B", fmt::format("{} request fibers + {} client fibers, {} random reads per request over a {} MiB table, "
-                               "own cookie", s.request_fibers, s.request_fibers, s.reads, s.table_mb)},
+                               "own cookie{}", s.request_fibers, s.request_fibers, s.reads, s.table_mb,
+                               s.think_us ? fmt::format("; clients think {} us between requests (latency from when "
+                                                        "each was due)", s.think_us)
+                                          : std::string())},
       {"run length", fmt::format("{} s x {} run(s){}", s.time_s, s.runs, s.compare ? " per policy" : "")},
   });
 }
@@ -323,6 +340,7 @@ std::optional<Ratios> ratios(const std::vector<Result>& rs) {
 void write_settings(JsonWriter& j, const Settings& s) {
   j.field("compute_fibers", s.compute_fibers).field("request_fibers", s.request_fibers);
   j.field("client_fibers", s.request_fibers).field("reads_per_request", s.reads).field("table_mb", s.table_mb);
+  j.field("think_us", s.think_us);
   j.field("gemm_n", static_cast<unsigned>(gemm_n)).field("time_s", s.time_s).field("runs", s.runs);
   j.field("compare", s.compare);
   j.key("units").begin_object();
