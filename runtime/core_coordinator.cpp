@@ -356,12 +356,7 @@ bool CoreCoordinator::change_running_cookie_locked(unsigned s, std::uint64_t coo
     // carries on from the old cookie's place (place: no sleeper credit). A
     // cookie with fibers queued here is on the books already.
     CookieEntry& e = entry(cookie);
-    if (e.runnable == 0) {
-      const CookieEntry* old = nullptr;
-      for (const auto& c : cookies_)
-        if (c.cookie == owner_) old = &c;
-      place(e, old ? old : &e);
-    }
+    if (e.runnable == 0) place(e, true);
     set_owner(cookie);
     wake_sleepers(wakes, s, true);
   }

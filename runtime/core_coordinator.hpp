@@ -301,7 +301,7 @@ private:
   CookieEntry& entry(std::uint64_t cookie);
   void count_queued(std::uint64_t cookie, int delta);
   void arrive(CookieEntry& e);
-  void place(CookieEntry& e, const CookieEntry* carried_from = nullptr);
+  void place(CookieEntry& e, bool carried = false);
   std::uint64_t other_running(unsigned s) const noexcept;
   bool choose_cookie(std::uint64_t running, std::uint64_t& out);
   bool prefer(const CookieEntry& a, const CookieEntry& b) const noexcept;

@@ -72,18 +72,20 @@ void CoreCoordinator::arrive(CookieEntry& e) {
 // sleeps 65 µs own 93 % of the core beside a busy one (helper-14, in the
 // simulation).
 //
-// `carried_from`: set_cookie, whose fiber carries on under the new cookie
-// (change_running_cookie_locked). That is no wake-up, so no credit: the new
-// cookie is placed no lower than the cookie it replaces, which keeps the
-// running fiber's place. With the credit (or at the floor), a fiber that
+// `carried`: set_cookie, whose fiber carries on under the new cookie
+// (change_running_cookie_locked, before the change of owner). That is no
+// wake-up, so no credit: the new cookie is placed no lower than the owner it
+// replaces, which keeps the running fiber's place. With the credit (or at the floor), a fiber that
 // called set_cookie back and forth took a lead at every call and kept a
 // busy cookie off the core for good (helper-14: its share 0.000 under
 // forceidle_balance, and under either policy with 40 cookies, which entry()
 // forgets and which so came back at the floor, below the waiting cookie).
-void CoreCoordinator::place(CookieEntry& e, const CookieEntry* carried_from) {
+void CoreCoordinator::place(CookieEntry& e, bool carried) {
   std::uint64_t lead = 0;
-  if (carried_from) {
-    e.vruntime = std::max(e.vruntime, std::max(min_vruntime_, carried_from->vruntime));
+  if (carried) {
+    e.vruntime = std::max(e.vruntime, min_vruntime_);
+    for (const auto& o : cookies_)
+      if (o.cookie == owner_) e.vruntime = std::max(e.vruntime, o.vruntime);
   } else {
     if (e.placed && e.vruntime < min_vruntime_) lead = std::min(2 * cfg_.granularity_ns, min_vruntime_ - e.vruntime);
     e.vruntime = std::max(e.vruntime, min_vruntime_ - lead);

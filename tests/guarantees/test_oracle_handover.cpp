@@ -424,3 +424,48 @@ TEST_CASE("a cookie waiting behind owner fibers that join inline on every siblin
   CHECK_ISOLATED(h);
 }
 
+
+// Found by helper-14 (session 30): a fiber that calls set_cookie back and
+// forth between two cookies every 100 us, beside A's burners on the other
+// siblings of core 0. The sleeper credit was first given on set_cookie too;
+// with it each call put the new cookie ahead of A (and forceidle_balance's
+// change of owner reset A's wait), and A owned core 0 for 0-1 % of 1.5 s
+// (helper-14's probe, forceidle_balance); 0.80 before the credit, 0.75-0.78
+// since a set_cookie earns none (87bc622). Here A owns 0.50-0.65 of core 0
+// (one run per variant); with the credit given on set_cookie again (the
+// lead bounded by history, as now) 0.33, under both policies.
+TEST_CASE("a fiber switching cookies with set_cookie does not keep a busy cookie off the core",
+          "[oracle][handover]") {
+  const std::string spec = GUARANTEE_TOPOLOGIES;
+  const auto policy = GENERATE(FairnessPolicy::core_vruntime, FairnessPolicy::forceidle_balance);
+  INFO(spec << ", policy " << to_string(policy));
+  Options o = options_for(spec);
+  o.policy = policy;
+  Harness h(o);
+  const auto pus = pus_of_core(h.rt.topology(), 0);
+  const Cookie a = Cookie::create(), y = Cookie::create(), z = Cookie::create();
+  std::atomic<bool> stop{false};
+  std::vector<JoinHandle<void>> fibers;
+  for (std::size_t i = 0; i + 1 < pus.size(); ++i) fibers.push_back(spawn_burner(h, stop, a, pus[i], "busy owner"));
+  fibers.push_back(h.rt.spawn([&] {
+    Scope s(h.oracle, y, "set_cookie toggler");
+    for (unsigned n = 0; !stop.load(std::memory_order_relaxed); ++n) {
+      for (int k = 0; k < 10; ++k) {
+        s.burn(10us);
+        s.preempt_point();
+      }
+      s.set_cookie(n % 2 ? y : z);
+    }
+  }, SpawnOptions{.cookie = y, .pin_to_pu = pus.back()}));
+  std::this_thread::sleep_for(3 * o.slice);
+  const double a0 = core_ms(h.rt, a);
+  const auto w0 = Clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::max(300, scaled(300))));
+  const double a_ms = core_ms(h.rt, a) - a0;
+  const double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - w0).count();
+  stop.store(true);
+  for (auto& f : fibers) f.join();
+  INFO("A owned core 0 for " << a_ms << " ms of " << wall_ms << " ms");
+  CHECK(a_ms > 0.4 * wall_ms);
+  CHECK_ISOLATED(h);
+}
