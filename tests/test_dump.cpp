@@ -285,7 +285,10 @@ TEST_CASE("the fiber dump lists fibers that never ran and a child run inline", "
   const std::string d = dump_when(rt, [&](const std::string& s) {
     // (and its queues read: an idle worker spinning on the core lock, slow
     // under TSan, can keep the dump from taking it for its 1 ms)
-    return child_id.load() && has(s, "below it on the same stack: fiber " + std::to_string(parent_id.load())) &&
+    // The child sets its id before it parks: wait for the park too (a dump
+    // taken between the two lists it running; seen once in CI under TSan).
+    return child_id.load() && has(s, "fiber " + std::to_string(child_id.load()) + " cookie 0 parked") &&
+           has(s, "below it on the same stack: fiber " + std::to_string(parent_id.load())) &&
            !has(s, "queues not read");
   });
   INFO(d);
