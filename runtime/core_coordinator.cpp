@@ -249,7 +249,13 @@ Pick CoreCoordinator::pick_locked(unsigned s, WakeList& wakes) {
   if (single_pu()) return pick_single_pu(me, true);
   const std::uint64_t elsewhere = other_running(s);
   std::uint64_t want = 0;
-  if (!choose_cookie(elsewhere, want)) return stop_and_idle(s, elsewhere, wakes);
+  bool kept_young = false;
+  if (!choose_cookie(elsewhere, want, kept_young)) return stop_and_idle(s, elsewhere, wakes);
+  // The owner kept only for the rest of its least turn while another cookie
+  // leads: this sibling picks again at its next preemption point, and the
+  // first pick after the least turn hands the core over.
+  if (kept_young) [[unlikely]]
+    me.preempt.store(true, std::memory_order_relaxed);
   Pick p;
   if (elsewhere != kNoCookie && want != elsewhere) {
     // Another cookie is due: ask the siblings running `elsewhere` to stop at

@@ -303,7 +303,10 @@ private:
   void arrive(CookieEntry& e);
   void place(CookieEntry& e, bool carried = false);
   std::uint64_t other_running(unsigned s) const noexcept;
-  bool choose_cookie(std::uint64_t running, std::uint64_t& out);
+  /// The cookie the core runs next (false: none is runnable). `kept_young`
+  /// is set when the owner is kept only for the rest of its least turn
+  /// while another cookie leads.
+  bool choose_cookie(std::uint64_t running, std::uint64_t& out, bool& kept_young);
   bool prefer(const CookieEntry& a, const CookieEntry& b) const noexcept;
   bool leads(const CookieEntry& a, const CookieEntry& owner) const noexcept;
   static constexpr unsigned kMinTurnShift = 3; // a turn's least length: granularity >> this

@@ -147,7 +147,7 @@ void CoreCoordinator::set_owner(std::uint64_t cookie) {
   for (auto& e : cookies_) e.waited -= base;
 }
 
-bool CoreCoordinator::choose_cookie(std::uint64_t running, std::uint64_t& out) {
+bool CoreCoordinator::choose_cookie(std::uint64_t running, std::uint64_t& out, bool& kept_young) {
   CookieEntry* only = nullptr;
   int candidates = 0;
   for (auto& e : cookies_) {
@@ -183,8 +183,18 @@ bool CoreCoordinator::choose_cookie(std::uint64_t running, std::uint64_t& out) {
   // points 5-10 ms apart, rivals sleeping 1 µs), a fiber of the owner then
   // stayed queued for 100 ms. (A sibling with no owner fiber running beside
   // it starts the leader at once: nobody is forced idle.)
-  const bool young = running == owner_ && last_checkpoint_ - turn_start_ < (cfg_.granularity_ns >> kMinTurnShift);
-  if (cur && best != cur && (young || !leads(*best, *cur))) best = cur;
+  // A cookie that leads and waits out the least turn must not then wait for
+  // the tick as well: the pick that keeps the owner asks its own sibling to
+  // pick again at its next preemption point (pick_locked), until the turn is
+  // old enough.
+  if (cur && best != cur) {
+    if (!leads(*best, *cur)) {
+      best = cur;
+    } else if (running == owner_ && last_checkpoint_ - turn_start_ < (cfg_.granularity_ns >> kMinTurnShift)) {
+      best = cur; // young
+      kept_young = true;
+    }
+  }
   out = best->cookie;
   return true;
 }
@@ -203,22 +213,30 @@ bool CoreCoordinator::leads(const CookieEntry& a, const CookieEntry& owner) cons
 // preemption points without yielding would keep the core until the slice
 // ticker flagged them (a slice without a switch), and the woken cookie waited
 // that out at every wake-up. So the owner is asked to stop now (request_stop:
-// the pick under the lock still decides). Not while the owner's turn is
-// younger than its least length (kMinTurnShift: an eighth of a granularity,
-// 62.5 µs at the default), so each turn a wake-up ends has lasted that long:
-// a waking cookie takes the core from a busy one at most once per least turn
-// plus its own burst, each time two hand-overs (there, and back as its burst
-// ends), each a sibling's wake-up, µs on bare metal and tens of µs on a VM
-// (helper-14, in the simulation: three cookies waking every 65-100 µs for
-// 5-20 µs bursts caused 12,000-33,000 changes of cookie a second, against
-// 3,200 before, and got 10-36 % of the core, about what they asked, against
-// 1-5 %). A cookie that wakes in a younger turn waits for the tick or the
-// forced-idle sibling's timer, as any waiting cookie does. In the
-// simulation (sleeper_share: a cookie that runs and sleeps 50-400 µs at a
-// time beside a busy one) the median share over what it asked was 0.71-0.75
-// with this; with the credit alone 0.43, and 0.34 before either. (Measured before
-// choose_cookie kept young turns too: a least turn of a granularity gave
-// 0.45, a quarter 0.65, an eighth 0.82.)
+// the pick under the lock still decides). The pick keeps an owner whose turn
+// is younger than its least length (kMinTurnShift: an eighth of a
+// granularity, 62.5 µs at the default), so each turn a wake-up ends has
+// lasted that long: a waking cookie takes the core from a busy one at most
+// once per least turn plus its own burst, each time two hand-overs (there,
+// and back as its burst ends), each a sibling's wake-up, µs on bare metal and
+// tens of µs on a VM (helper-14, in the simulation: three cookies waking
+// every 65-100 µs for 5-20 µs bursts caused 12,000-33,000 changes of cookie a
+// second, against 3,200 before, and got 10-36 % of the core, about what they
+// asked, against 1-5 %). In a younger turn the owner is asked all the same:
+// each pick that keeps it for the rest of its least turn asks its own sibling
+// to pick again at its next preemption point (choose_cookie's `kept_young`,
+// pick_locked), and the first pick after the least turn hands over. (Until
+// session 31 such a cookie waited for the tick. That was rare while a busy
+// worker collected its timers only at a tick; once its fibers' preemption
+// points collected them, a sleep shorter than the least turn ended inside
+// it, and the guarantee test's sleeper beside owner fibers that never yield
+// fell from 0.41 of its work alone to 0.09.) In the simulation
+// (sleeper_share: a cookie that runs and sleeps 50-400 µs at a time beside a
+// busy one) the median share over what it asked was 0.85 with this (worst
+// 0.70-0.77, four seeds); 0.71-0.75 while young turns waited for the tick,
+// 0.43 with the credit alone, and 0.34 before either. (Measured before
+// choose_cookie kept young turns: a least turn of a granularity gave 0.45, a
+// quarter 0.65, an eighth 0.82.)
 void CoreCoordinator::preempt_owner_for(std::uint64_t cookie) {
   const CookieEntry* e = nullptr;
   const CookieEntry* own = nullptr;
@@ -229,8 +247,7 @@ void CoreCoordinator::preempt_owner_for(std::uint64_t cookie) {
   // runnable == 1: it has just arrived (count_queued placed it, the books
   // current); one that was already waiting has its turn timed already.
   if (!e || !own || e->runnable != 1) return;
-  const bool young = last_checkpoint_ - turn_start_ < (cfg_.granularity_ns >> kMinTurnShift);
-  if (!young && leads(*e, *own)) request_stop(owner_);
+  if (leads(*e, *own)) request_stop(owner_);
 }
 
 std::uint64_t CoreCoordinator::turn_due_locked(unsigned s) const noexcept {

@@ -101,13 +101,15 @@ template <class Prep> Result run(const detail::WaitInfo& why, const OpOptions& o
   // `stopping` before this load does.
   const bool refused = o.cancel && !CancellationAccess::attach(*o.cancel, &ring, &op);
   if (refused || w.scheduler().stopping()) ring.request_cancel(&op, op.seq);
-  // The worker may stay busy with other fibers: the ticker then asks it for
-  // a scheduling point once the completion is in, within a quarter slice.
-  // Also when nothing else is queued now: a fiber may arrive or be stolen
-  // before the worker goes idle, and then both this SQE's submission (the
-  // worker defers it while others are runnable) and its completion wait for
-  // a tick (a review found this when the poke was made conditional).
-  w.scheduler().want_fine_ticks();
+  // The worker may stay busy with other fibers. The completion then reaches
+  // it at its running fiber's next preemption point, where the ring flags it
+  // (IoRing::flags_completions); and the SQE, if the worker holds it back
+  // for a batch, at the first preemption point of the fiber it runs next
+  // (Worker::ask_back_for_io). Where the ring cannot flag completions the
+  // ticker asks for a scheduling point within a quarter slice. Also when
+  // nothing else is queued now: a fiber may arrive or be stolen before the
+  // worker goes idle (a review found this when the poke was made conditional).
+  if (!ring.flags_completions()) w.scheduler().want_fine_ticks();
   op.fiber->state.store(detail::FiberState::parking, std::memory_order_release);
   w.park(why); // submits the SQE, now or with the worker's next batch (Worker::poll_io) // `w` may be another worker when we resume; only `op` is used below
   if (o.cancel) CancellationAccess::detach(*o.cancel);

@@ -93,6 +93,15 @@ public:
   /// kernel holds completions that it has not collected (IORING_SQ_TASKRUN,
   /// never set where the ring lacks TASKRUN_FLAG; or a completion queue that
   /// overflowed) or it holds back SQEs.
+  /// Whether the kernel raises IORING_SQ_TASKRUN in kernel_flags() when
+  /// completions wait to be collected (TASKRUN_FLAG). Where it does, a busy
+  /// worker's fiber sees them at its next preemption point and no tick is
+  /// needed for them; where it does not, the ticker asks for a reap.
+  bool flags_completions() const noexcept { return setup_flags_ & IORING_SETUP_TASKRUN_FLAG; }
+  /// The word the kernel raises those flags in (this_fiber::preempt_point reads it).
+  const unsigned* kernel_flags() const noexcept { return ring_.sq.kflags; }
+  /// The flags of kernel_flags() that call for a reap.
+  static constexpr unsigned kReapFlags = IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW;
   bool needs_attention() const noexcept {
     const unsigned kflags = IO_URING_READ_ONCE(*ring_.sq.kflags);
     return deferring() || (kflags & IORING_SQ_CQ_OVERFLOW) ||

@@ -18,7 +18,20 @@
 namespace coresched::detail {
 
 constinit thread_local Worker* tls_worker = nullptr;
-constinit thread_local std::atomic<bool>* tls_preempt = nullptr;
+namespace {
+constinit const std::atomic<bool> kNeverPreempt{false};
+constinit const unsigned kNoIoFlags = 0;
+} // namespace
+constinit thread_local PreemptWatch tls_watch{&kNeverPreempt, &kNoIoFlags};
+
+void watch_worker(Worker* w) noexcept {
+  if (!w) {
+    tls_watch = {&kNeverPreempt, &kNoIoFlags};
+    return;
+  }
+  tls_watch.flag = &w->sibling().preempt;
+  tls_watch.io_flags = w->ring().flags_completions() ? w->ring().kernel_flags() : &kNoIoFlags;
+}
 
 namespace {
 // Marks the wake-ups made in its scope as the runtime's own (see
@@ -101,7 +114,6 @@ void Worker::thread_main() {
   const AltSignalStack alt_stack; // where the stack overflow report runs
   pthread_getcpuclockid(pthread_self(), &cpu_clock_);
   tls_worker = this;
-  tls_preempt = &sibling().preempt;
   current_ = &idle_ctx_;
   thread_state_ = ThreadState::of_this_thread();
   san::adopt_thread(idle_ctx_);
@@ -114,6 +126,7 @@ void Worker::thread_main() {
     return;
   }
   sibling().ring.store(&ring_, std::memory_order_release);
+  watch_worker(this); // (the ring's flags exist from here)
   log().debug("worker {} started on CPU {} (core {}, sibling {}), io_uring flags {}", pu_.index, pu_.cpu, pu_.core,
               sibling_, ring_.flags_text());
   ready_.store(1, std::memory_order_release);
@@ -122,7 +135,7 @@ void Worker::thread_main() {
   close_segment(now_ns());
   if (trace_) trace_run(nullptr);
   tls_worker = nullptr;
-  tls_preempt = nullptr;
+  watch_worker(nullptr);
 }
 
 // ---------------------------------------------------------------- switching
@@ -285,15 +298,27 @@ void Worker::poll_io() {
   // One io_uring_enter per operation cost more CPU per request than an epoll
   // server spends. While other fibers are runnable here their I/O joins the
   // queue, and the batch goes in one call when the worker runs dry, or once
-  // the oldest has waited IoRing::kMaxDeferNs (the ticker preempts a fiber
-  // that runs on meanwhile).
+  // the oldest has waited IoRing::kMaxDeferNs (a fiber that runs on
+  // meanwhile is asked back at its first preemption point: ask_back_for_io).
   const bool runnable_here = !local_.empty() || core_.queued_hint() > 0;
-  ring_.reap(io_done_, !runnable_here);
+  reap_and_wake(!runnable_here);
+}
+
+void Worker::reap_and_wake(bool submit_now) {
+  ring_.reap(io_done_, submit_now);
   {
     const RuntimeWaking own(waking_for_runtime_);
     for (Fiber* f : io_done_) wake_fiber(f);
   }
   io_done_.clear();
+}
+
+// From a preemption point: the kernel holds completions for this ring, or
+// SQEs wait here. The fiber has reached a point where it may stop, so this is
+// where both go through, at once.
+__attribute__((noinline)) void Worker::collect_io() {
+  reap_and_wake(true);
+  restore_errno();
 }
 
 // The worker leaves its loop once no fiber is live, but a request whose fiber
@@ -355,6 +380,7 @@ Pick Worker::pick() {
     if (me.preempt.load(std::memory_order_relaxed)) me.preempt.store(false, std::memory_order_relaxed);
     if (me.running.load(std::memory_order_relaxed) != p.fiber->cookie)
       me.running.store(p.fiber->cookie, std::memory_order_release);
+    ask_back_for_io();
     return p;
   }
   WakeList wakes;
@@ -364,6 +390,7 @@ Pick Worker::pick() {
   core_.lock().unlock();
   wakes.notify();
   if (trace_ && p.handover_gap_ns != Pick::kNoGap) [[unlikely]] trace_handover(p);
+  if (p.kind == Pick::Kind::run) ask_back_for_io();
   return p;
 }
 
@@ -442,6 +469,7 @@ __attribute__((noinline)) void Worker::reschedule_shared(Fiber* self, Requeue ho
   core_.lock().unlock();
   wakes.notify();
   if (trace_ && p.handover_gap_ns != Pick::kNoGap) [[unlikely]] trace_handover(p);
+  if (p.kind == Pick::Kind::run) ask_back_for_io();
   if (p.fiber == self) { // nothing else to run here, or it still leads by less than the granularity
     self->context_saved.store(true, std::memory_order_relaxed);
     self->state.store(FiberState::running, std::memory_order_relaxed);

@@ -39,10 +39,22 @@ namespace testing {
 extern std::atomic<bool> idle_never_sleeps;
 } // namespace testing
 
-/// The calling thread's worker and its preempt flag (null on plain threads).
-/// Read them only where no fiber switch can intervene; elsewhere use Worker::current().
+/// The calling thread's worker (null on plain threads). Read it only where no
+/// fiber switch can intervene; elsewhere use Worker::current().
 extern thread_local constinit Worker* tls_worker;
-extern thread_local constinit std::atomic<bool>* tls_preempt;
+
+/// What this_fiber::preempt_point() reads, two words and no test for null:
+/// the worker's preempt flag, and the word in which the kernel says that
+/// completions wait in the worker's ring (IoRing::kernel_flags(), as Seastar's
+/// need_preempt() also watches its I/O ring). On plain threads, and where the
+/// ring does not raise the flag, they point at words that stay zero.
+struct PreemptWatch {
+  const std::atomic<bool>* flag;
+  const unsigned* io_flags;
+};
+extern thread_local constinit PreemptWatch tls_watch;
+/// Points this thread's watch at `w`'s words, or back at the zero words.
+void watch_worker(Worker* w) noexcept;
 
 class Worker {
 public:
@@ -102,9 +114,13 @@ public:
     save_errno();
     reschedule(Requeue::yielded);
   }
-  /// A preemption point that found its flag set: back in vtime order.
+  /// A preemption point that found its flag set, or completions waiting in
+  /// the ring: what the ring holds is collected (and SQEs held back go in),
+  /// then the fiber goes back in vtime order.
   void preempt() {
     save_errno();
+    if (ring_.needs_attention()) [[unlikely]]
+      collect_io();
     reschedule(Requeue::preempted);
   }
   /// yield() or preempt() without saving errno first (the caller saved it).
@@ -177,10 +193,11 @@ public:
     const IoRing* r = sib_->ring.load(std::memory_order_acquire);
     return r && r->needs_attention();
   }
-  /// Whether operations of this worker's fibers are in flight (any thread).
-  bool io_in_flight() const noexcept {
+  /// Whether this worker's completions need the ticker (any thread): they
+  /// do only where its ring cannot flag them to preempt_point().
+  bool io_wants_ticks() const noexcept {
     const IoRing* r = sib_->ring.load(std::memory_order_acquire);
-    return r && r->inflight() > 0;
+    return r && r->inflight() > 0 && !r->flags_completions();
   }
 
   /// Adds this worker's statistics to the snapshot.
@@ -274,6 +291,17 @@ private:
   // lock; spilled to the core's queue at a locked pick.
   LocalQueue local_;
   bool local_ok(const Fiber* adding = nullptr) const noexcept;
+  void reap_and_wake(bool submit_now);
+  void collect_io();
+  /// A fiber about to run while this worker holds SQEs back (poll_io's
+  /// batching) is asked to stop at its first preemption point, where
+  /// preempt() submits them: if it runs long, they must not wait for it, and
+  /// the ticker no longer looks for them. One that blocks first submits them
+  /// with its own I/O, and the pick that follows clears the flag.
+  void ask_back_for_io() noexcept {
+    if (ring_.deferring()) [[unlikely]]
+      sibling().preempt.store(true, std::memory_order_relaxed);
+  }
   void spill_local_locked();
 
   Fiber idle_ctx_;

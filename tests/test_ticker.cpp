@@ -5,6 +5,7 @@
 #include "ticker.hpp"
 
 #include <coresched/coresched.hpp>
+#include <coresched/io.hpp>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -227,4 +229,35 @@ TEST_CASE("a cookie arriving beside a core busy with another gets it within a fe
   for (auto& f : busy) f.join();
   CHECK(median < 2.0);
   CHECK(worst < 8.0);
+}
+
+TEST_CASE("I/O in flight beside a runner does not keep the ticker at the quarter slice", "[ticker][io]") {
+  // One PU: a CPU-bound fiber, and a fiber parked in a read that does not end
+  // while the window lasts. The ring raises IORING_SQ_TASKRUN when the read's
+  // completion waits, and the runner's next preemption point collects it, so
+  // the ticker need not tick for it: once a slice, not every quarter (on this
+  // VM each timer wake-up costs the busy CPUs tens of us; an I/O server is
+  // always busy with I/O in flight). Before, it stayed at the quarter slice:
+  // this read ~1.0 of the quarters.
+  coresched::Options o = test_support::topo("core:1 pu:1");
+  o.slice = 8ms;
+  coresched::Runtime rt(o);
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  std::atomic<bool> stop{false};
+  auto busy = rt.spawn([&] { test_support::busy_until(stop); });
+  auto reader = rt.spawn([&] {
+    std::byte b[1];
+    return coresched::io::read(fds[0], b).value;
+  });
+  const auto w = measure(rt, 500ms);
+  INFO("ticks " << w.ticks << " in " << w.quarters << " quarter slices");
+  const char one = 1;
+  REQUIRE(::write(fds[1], &one, 1) == 1);
+  CHECK(reader.join() == 1); // and the read still ends while the runner runs
+  stop = true;
+  busy.join();
+  ::close(fds[0]);
+  ::close(fds[1]);
+  CHECK(w.ticks < 0.5 * w.quarters);
 }

@@ -519,14 +519,23 @@ TEST_CASE("an unpinned waiting cookie on cores all busy with owner ping-pong pai
 // and wake-up preemption between cookies, 34-47 % (101-141 ms of 300).
 // Beside owner fibers that never yield but reach a preemption point every
 // 20 us (burners), B waits for the owner to be asked to stop: before session
-// 30, by the ticker, once a slice; now at its wake-up (preempt_owner_for).
-// But its wake-up itself waits: the timer's completion sits in the ring of a
-// worker that runs a burner until the ticker, every quarter slice, makes it
-// reap. So B owned 8-32 % (25-96 ms of 300) there, against 2.4-4.2 % before.
+// 30, by the ticker, once a slice; since then at its wake-up
+// (preempt_owner_for). In session 30 its wake-up itself waited: the timer's
+// completion sat in the ring of a worker running a burner until the ticker,
+// every quarter slice, made it reap, and B owned 8-32 % (25-96 ms of 300)
+// there, against 2.4-4.2 % before. Since session 31 the burner's next
+// preemption point collects it (IORING_SQ_TASKRUN), and a wake-up inside the
+// owner's least turn hands over when that ends (kept_young, pick_locked):
+// B owns 35-40 % beside burners too.
 // The check: B's work beside A over its work alone on core 0 in as long
 // (timer latencies and the host's share of CPU included). Session 30, three
 // runs each: yielders 0.93-1.0 (core:1 pu:2) and 0.51-0.81 (core:2 pu:2),
 // 0.15-0.20 before; burners 0.41-0.42 and 0.17-0.31, 0.07-0.09 before.
+// Session 31: yielders 0.97-1.0 and 0.54-0.75, burners 0.99-1.0 and
+// 0.40-0.50. Beside burners on core:1 pu:2 it read 0.09 with the timers
+// collected at preemption points but wake-ups in a young turn left to the
+// tick, and 0.22-0.28 with kept_young's request removed: both under the
+// bound.
 TEST_CASE("a cookie that sleeps between bursts beside busy owner fibers gets most of what it asks",
           "[oracle][starvation]") {
   const std::string spec = GUARANTEE_TOPOLOGIES;
@@ -574,8 +583,9 @@ TEST_CASE("a cookie that sleeps between bursts beside busy owner fibers gets mos
   CHECK(b_ms > (burners ? 0.005 : 0.02) * wall_ms);
   REQUIRE(alone_ms > 0);
   // Four workers share two CPUs on core:2 pu:2, and beside burners B's work
-  // there read 0.17-0.31 of alone (0.07-0.09 before): too close to call, so
-  // that case is checked against starvation only.
-  if (share_checks() && !(burners && r.multi_core)) CHECK(burned_ms > (burners ? 0.2 : 0.35) * alone_ms);
+  // there read 0.17-0.31 of alone in session 30 (0.07-0.09 before) and
+  // 0.40-0.50 in session 31: too close to call, so that case is checked
+  // against starvation only.
+  if (share_checks() && !(burners && r.multi_core)) CHECK(burned_ms > (burners ? 0.6 : 0.35) * alone_ms);
   CHECK_ISOLATED(r.h);
 }

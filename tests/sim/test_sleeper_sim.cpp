@@ -45,7 +45,9 @@ double share_beside_busy(CoreSim& sim, Rng& rng, unsigned pus, std::uint64_t wai
 // sleeper credit and wake-up preemption between cookies (session 30) the
 // median read 0.71-0.75 and the worst 0.17-0.37 (eight base seeds, 64 runs
 // each); placed level with the owner and waiting for the tick, as before,
-// 0.34 and 0.16 (the default seed).
+// 0.34 and 0.16 (the default seed). Since a wake-up inside the owner's least
+// turn hands over when that ends (session 31): 0.85 and 0.70-0.77 (four
+// seeds); without that, on the same seeds, 0.79-0.80 and 0.52-0.57.
 std::vector<double> g_sleeper_ratio;
 
 void sleeper_share(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
@@ -112,8 +114,8 @@ TEST_CASE("sim: a cookie that sleeps between bursts beside a busy one", "[sim]")
   std::sort(r.begin(), r.end());
   const double median = r[r.size() / 2], worst = r.front();
   INFO("share over what it asked: median " << median << ", worst " << worst << " over " << r.size() << " runs");
-  CHECK(median > 0.55);
-  CHECK(worst > 0.1); // 0.17-0.37 over eight base seeds: runs that ask for little lose most to the wait
+  CHECK(median > 0.7);
+  CHECK(worst > 0.3); // runs that ask for little lose most to the wait
 }
 
 TEST_CASE("sim: a cookie with long bursts and short sleeps beside a busy one", "[sim]") {
