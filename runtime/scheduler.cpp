@@ -396,13 +396,19 @@ Ticker::Seen Scheduler::tick(unsigned units) {
     // (Worker::ask_back_for_io). A timer wake-up costs the busy CPUs tens of
     // us here, and an I/O server is always busy with I/O in flight: ticking
     // at the fine period for it cost the echo server ~9 % of its CPU.
-    seen.waiting |= (w.core().queued_hint() > 0 && !sibling_waits) || w.io_wants_ticks();
+    // Likewise fibers queued behind a worker need it only while its runner
+    // has not switched since the last tick (a slice end to flag), or while a
+    // worker idles (a backlog to share): a worker that switches between ticks
+    // serves its queue itself, as an I/O server's do every few us with
+    // fibers always queued.
+    const std::uint64_t sw = w.switches.load(std::memory_order_relaxed);
+    const bool queue_needs_tick = w.core().queued_hint() > 0 && !sibling_waits && (sw == w.tick_seen || idle_hint());
+    seen.waiting |= queue_needs_tick || w.io_wants_ticks();
     // A busy worker collects its I/O and timer completions, and submits the
     // SQEs it deferred, only at scheduling points: ask for one as soon as it
     // has either (the fallback, at whatever period the ticker runs; and the
     // only way where the ring cannot flag completions).
     if (w.io_needs_attention()) w.sibling().preempt.store(true, std::memory_order_relaxed);
-    const std::uint64_t sw = w.switches.load(std::memory_order_relaxed);
     if (sw != w.tick_seen) {
       w.tick_seen = sw;
       reset_run(w);
