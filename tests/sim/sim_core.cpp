@@ -561,12 +561,15 @@ void CoreSim::tick() {
   const auto units = static_cast<unsigned>(std::max<std::uint64_t>(1, (g_now - last_tick_ + kTick / 2) / kTick));
   last_tick_ = g_now;
   const bool sibling_waits = core_.forced_idle_count() > 0;
-  bool busy = false, waiting = false;
+  bool busy = false, waiting = false, idle = false;
+  for (unsigned s = 0; s < n_; ++s) idle |= pus_[s].st != PuSt::running;
   for (unsigned s = 0; s < n_; ++s) {
     Pu& p = pus_[s];
     if (p.st == PuSt::running) {
       busy = true;
-      waiting |= core_.queued_hint() > 0 && !sibling_waits;
+      // Queued fibers need the fine period while this runner has not
+      // switched since the last tick, or while a PU idles (Scheduler::tick).
+      waiting |= core_.queued_hint() > 0 && !sibling_waits && (p.switches == p.tick_seen || idle);
     }
     if (p.st != PuSt::running || p.switches != p.tick_seen) {
       p.tick_seen = p.switches;
