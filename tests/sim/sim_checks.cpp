@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the simulation checks as it runs (sim_core.hpp): isolation and the
+// wait bounds at every step, each fiber's wait, and the share of two cookies
+// over windows of turns. The events that drive the coordinator are in
+// sim_core.cpp.
+#include "sim_core.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+namespace sim {
+
+void CoreSim::observe() {
+  // (c) isolation: one cookie at most is published across the core; and a
+  // sibling running a fiber publishes that fiber's cookie.
+  std::uint64_t pub = kNoCookie;
+  for (unsigned s = 0; s < n_; ++s) {
+    const std::uint64_t r = core_.sibling(s).running.load(std::memory_order_relaxed);
+    if (r != kNoCookie && pub != kNoCookie && r != pub)
+      fail("isolation: sibling " + std::to_string(s) + " publishes cookie " + std::to_string(r) + " beside " +
+           std::to_string(pub));
+    if (r != kNoCookie) pub = r;
+    if (pus_[s].st == PuSt::running && records_[static_cast<std::size_t>(pus_[s].fiber)].cookie != r)
+      fail("sibling " + std::to_string(s) + " runs a fiber whose cookie it does not publish");
+  }
+  if (pub != published_) {
+    if (pub != kNoCookie) {
+      CookieState& cs = cookies_[pub];
+      if (cs.arrived != kNever) {
+        const std::uint64_t lat = now() - cs.arrived;
+        cs.log.max_arrival_ns = std::max(cs.log.max_arrival_ns, lat);
+        if (now() > cs.deadline)
+          fail_bound("(a) cookie " + std::to_string(pub) + " owned the core " + std::to_string(lat / kUs) +
+                     " us after it arrived (bound " + std::to_string((cs.deadline - cs.arrived) / kUs) + " us)");
+        cs.arrived = cs.deadline = kNever;
+      }
+      if (cs.waiting_since != kNever) {
+        const std::uint64_t wait = now() - cs.waiting_since;
+        cs.log.max_wait_ns = std::max(cs.log.max_wait_ns, wait);
+        cs.waiting_since = kNever;
+        if (wait > wait_bound)
+          fail_bound("cookie " + std::to_string(pub) + " waited " + std::to_string(wait / kUs) +
+                     " us for the core (bound " + std::to_string(wait_bound / kUs) + " us)");
+      }
+    }
+    if (published_ != kNoCookie && cookies_[published_].queued > 0 && cookies_[published_].waiting_since == kNever)
+      cookies_[published_].waiting_since = now();
+    published_ = pub;
+  }
+  // (d) work conservation: queued fibers and nothing published is a hand-over
+  // in flight (a wake-up) or lost work.
+  if (pub != kNoCookie || queued_total_ == 0)
+    idle_since_ = kNever;
+  else if (idle_since_ == kNever)
+    idle_since_ = now();
+  // (d) the coordinator counts what the simulation queued.
+  if (core_.queued_hint() != queued_total_)
+    fail("(d) coordinator counts " + std::to_string(core_.queued_hint()) + " queued fibers, the simulation " +
+         std::to_string(queued_total_));
+  schedule_notices();
+}
+
+// A fiber notices its preempt flag at its next preempt point.
+void CoreSim::schedule_notices() {
+  for (unsigned s = 0; s < n_; ++s) {
+    Pu& p = pus_[s];
+    if (p.st == PuSt::running && p.notice_at == kNever && core_.sibling(s).preempt.load(std::memory_order_relaxed))
+      p.notice_at = now() + notice_latency(fibers_[static_cast<std::size_t>(p.fiber)]);
+  }
+}
+
+void CoreSim::check_fibers() {
+  if (idle_since_ != kNever && now() - idle_since_ > idle_bound)
+    return fail_bound("(d) the core has published no cookie for " + std::to_string((now() - idle_since_) / kUs) +
+                      " us with " + std::to_string(queued_total_) + " fibers queued");
+  for (std::size_t i = 0; i < fibers_.size(); ++i)
+    if (fibers_[i].st == St::queued && now() - fibers_[i].since > fiber_bound)
+      return fail_bound("(d) fiber " + std::to_string(i) + " (cookie " + std::to_string(records_[i].cookie) +
+                        ") has been queued for " + std::to_string((now() - fibers_[i].since) / kUs) + " us");
+  for (std::size_t c = 0; c < kMaxCookies; ++c) {
+    const CookieState& cs = cookies_[c];
+    if (cs.arrived != kNever && now() > cs.deadline)
+      return fail_bound("(a) cookie " + std::to_string(c) + " arrived " + std::to_string((now() - cs.arrived) / kUs) +
+                        " us ago and has not owned the core (bound " +
+                        std::to_string((cs.deadline - cs.arrived) / kUs) + " us)");
+    if (cs.waiting_since != kNever && now() - cs.waiting_since > wait_bound)
+      return fail_bound("cookie " + std::to_string(c) + " has waited " +
+                        std::to_string((now() - cs.waiting_since) / kUs) + " us for the core (bound " +
+                        std::to_string(wait_bound / kUs) + " us)");
+  }
+}
+
+void CoreSim::reset_logs() noexcept {
+  for (auto& c : cookies_) c.log = CookieLog{};
+}
+
+void CoreSim::track_pair(std::uint64_t a, std::uint64_t b) {
+  pair_[0] = a;
+  pair_[1] = b;
+  pair_start_ = now();
+  pair_slices_.clear();
+}
+
+void CoreSim::check_pair_windows(std::size_t window, double tol, double& worst) {
+  const std::size_t full = (now() - pair_start_) / kSlice; // complete slices only
+  pair_slices_.resize(std::max(pair_slices_.size(), full), {0, 0});
+  double sum[2] = {0, 0};
+  for (std::size_t i = 0; i < full && !failed(); ++i) {
+    for (int k = 0; k < 2; ++k) sum[k] += pair_slices_[i][static_cast<std::size_t>(k)];
+    if (i >= window)
+      for (int k = 0; k < 2; ++k) sum[k] -= pair_slices_[i - window][static_cast<std::size_t>(k)];
+    if (i + 1 < window) continue;
+    const double share = sum[0] + sum[1] > 0 ? sum[0] / (sum[0] + sum[1]) : 0.0;
+    worst = std::min({worst, share, 1.0 - share});
+    if (std::fabs(share - 0.5) > tol) {
+      char m[200];
+      std::snprintf(m, sizeof m, "(b) slices %zu-%zu after tracking began: cookie %llu had %.1f%%, cookie %llu %.1f%%",
+                    i + 1 - window, i, static_cast<unsigned long long>(pair_[0]), 100 * share,
+                    static_cast<unsigned long long>(pair_[1]), 100 * (1 - share));
+      fail(m);
+    }
+  }
+  pair_[0] = pair_[1] = kNoCookie;
+}
+
+} // namespace sim
