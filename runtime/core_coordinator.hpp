@@ -84,6 +84,7 @@ struct Sibling {
   RunQueue queue;       // guarded by the core lock
   std::atomic<std::uint64_t> running{kNoCookie}; // published cookie; written under the lock
   std::atomic<bool> preempt{false};     // asks the running fiber to yield at its next preempt_point
+  std::atomic<bool> wake_waits{false};  // a fiber woken here waits for the next tick to preempt the runner (Arrival::collected)
   std::atomic<std::uint32_t> wake_word{0}; // bumped on every wake-up, re-checked before sleeping
   std::atomic<IoRing*> ring{nullptr};      // the worker sleeps in its io_uring; wakers write its eventfd
   // A hand-over to this forced-idle sibling is due (Options::handover_spin):
@@ -118,6 +119,11 @@ enum class Arrival {
   spawned, ///< at the PU's floor
   woken,   ///< at most the sleeper credit behind the floor; may preempt the PU's runner
   moved,   ///< stolen from another core: clamped around the floor, never preempting
+  /// woken by a completion the running fiber collected at its first
+  /// preemption point, submitting what its worker held back for it
+  /// (Worker::ask_back_for_io): placed as `woken`, but the runner is asked to
+  /// stop only at the next tick (Sibling::wake_waits)
+  collected,
 };
 
 /// How a fiber that ran goes back to its queue.

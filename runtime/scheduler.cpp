@@ -206,6 +206,7 @@ void Scheduler::enqueue_on(unsigned w, Fiber* f, Arrival why) {
 void Scheduler::place(Fiber* f, Arrival why) {
   if (why == Arrival::woken) {
     if (Worker* here = affine_worker(*f)) return place_affine(*here, f);
+    if (Worker* here = Worker::current(); here && here->collecting_early()) why = Arrival::collected;
   }
   const unsigned to = f->pinned != kNotPinned ? static_cast<unsigned>(f->pinned) : choose_worker(*f, f->last_worker);
   if (trace_) [[unlikely]]
@@ -409,6 +410,12 @@ Ticker::Seen Scheduler::tick(unsigned units) {
     // has either (the fallback, at whatever period the ticker runs; and the
     // only way where the ring cannot flag completions).
     if (w.io_needs_attention()) w.sibling().preempt.store(true, std::memory_order_relaxed);
+    // A fiber woken by a completion its runner collected as it started
+    // (Arrival::collected) preempts it now, a tick later.
+    if (w.sibling().wake_waits.load(std::memory_order_relaxed)) {
+      w.sibling().wake_waits.store(false, std::memory_order_relaxed);
+      w.sibling().preempt.store(true, std::memory_order_relaxed);
+    }
     if (sw != w.tick_seen) {
       w.tick_seen = sw;
       reset_run(w);

@@ -21,6 +21,7 @@ constinit thread_local Worker* tls_worker = nullptr;
 namespace {
 constinit const std::atomic<bool> kNeverPreempt{false};
 constinit const unsigned kNoIoFlags = 0;
+constinit const unsigned kAskBackFlags = IoRing::kReapFlags;
 } // namespace
 constinit thread_local PreemptWatch tls_watch{&kNeverPreempt, &kNoIoFlags};
 
@@ -30,18 +31,26 @@ void watch_worker(Worker* w) noexcept {
     return;
   }
   tls_watch.flag = &w->sibling().preempt;
-  tls_watch.io_flags = w->ring().flags_completions() ? w->ring().kernel_flags() : &kNoIoFlags;
+  watch_ring(*w, false);
 }
 
+void watch_ring(Worker& w, bool ask_back) noexcept {
+  if (ask_back) tls_watch.io_flags = &kAskBackFlags;
+  else tls_watch.io_flags = w.ring().flags_completions() ? w.ring().kernel_flags() : &kNoIoFlags;
+}
+
+bool watching_for_ask_back() noexcept { return tls_watch.io_flags == &kAskBackFlags; }
+
 namespace {
-// Marks the wake-ups made in its scope as the runtime's own (see
-// Worker::waking_for_runtime), until the scope ends however it ends.
-class RuntimeWaking {
+// Sets one of the worker's flags about the wake-ups made in its scope (the
+// runtime's own: Worker::waking_for_runtime; collected at a preemption point:
+// Worker::collecting_early), until the scope ends however it ends.
+class FlagScope {
 public:
-  explicit RuntimeWaking(bool& flag) noexcept : flag_(flag) { flag_ = true; }
-  ~RuntimeWaking() { flag_ = false; }
-  RuntimeWaking(const RuntimeWaking&) = delete;
-  RuntimeWaking& operator=(const RuntimeWaking&) = delete;
+  explicit FlagScope(bool& flag) noexcept : flag_(flag) { flag_ = true; }
+  ~FlagScope() { flag_ = false; }
+  FlagScope(const FlagScope&) = delete;
+  FlagScope& operator=(const FlagScope&) = delete;
 
 private:
   bool& flag_;
@@ -257,7 +266,7 @@ void Worker::after_resume(ctx::fcontext_t from) {
     FiberState expected = FiberState::parking;
     if (!p->state.compare_exchange_strong(expected, FiberState::parked, std::memory_order_acq_rel)) {
       p->state.store(FiberState::runnable, std::memory_order_relaxed); // woken while parking
-      const RuntimeWaking own(waking_for_runtime_); // its waker is elsewhere, not the fiber that runs now
+      const FlagScope own(waking_for_runtime_); // its waker is elsewhere, not the fiber that runs now
       sched_.place(p);
     }
     break;
@@ -307,7 +316,7 @@ void Worker::poll_io() {
 void Worker::reap_and_wake(bool submit_now) {
   ring_.reap(io_done_, submit_now);
   {
-    const RuntimeWaking own(waking_for_runtime_);
+    const FlagScope own(waking_for_runtime_);
     for (Fiber* f : io_done_) wake_fiber(f);
   }
   io_done_.clear();
@@ -316,9 +325,22 @@ void Worker::reap_and_wake(bool submit_now) {
 // From a preemption point: the kernel holds completions for this ring, or
 // SQEs wait here. The fiber has reached a point where it may stop, so this is
 // where both go through, at once.
-__attribute__((noinline)) void Worker::collect_io() {
-  reap_and_wake(true);
+// Returns true when nothing asks the fiber to stop: it runs on. A fiber
+// woken by what the runner collects as it submits what was held back for it
+// (the I/O of the fibers that ran just before it) asks it only at the next
+// tick (Arrival::collected). A completion that comes later (a timer, data
+// on a socket) preempts at once.
+__attribute__((noinline)) bool Worker::collect_io() {
+  const bool ask_back = watching_for_ask_back();
+  watch_ring(*this, false);
+  if (ask_back) {
+    const FlagScope collecting(collecting_);
+    reap_and_wake(true);
+  } else {
+    reap_and_wake(true);
+  }
   restore_errno();
+  return !sibling().preempt.load(std::memory_order_relaxed);
 }
 
 // The worker leaves its loop once no fiber is live, but a request whose fiber

@@ -55,6 +55,13 @@ struct PreemptWatch {
 extern thread_local constinit PreemptWatch tls_watch;
 /// Points this thread's watch at `w`'s words, or back at the zero words.
 void watch_worker(Worker* w) noexcept;
+/// Points the watch's second word at `w`'s ring, or (`ask_back`) at a word
+/// that always reads as "completions wait", so that the running fiber stops
+/// at its next preemption point to submit what `w` holds back, without
+/// touching the shared preempt flag (Worker::ask_back_for_io).
+void watch_ring(Worker& w, bool ask_back) noexcept;
+/// Whether the watch was pointed at the ask-back word.
+bool watching_for_ask_back() noexcept;
 
 class Worker {
 public:
@@ -115,12 +122,13 @@ public:
     reschedule(Requeue::yielded);
   }
   /// A preemption point that found its flag set, or completions waiting in
-  /// the ring: what the ring holds is collected (and SQEs held back go in),
-  /// then the fiber goes back in vtime order.
+  /// the ring (or SQEs held back: ask_back_for_io): what the ring holds is
+  /// collected and SQEs held back go in; then, if the flag asks it to, the
+  /// fiber goes back in vtime order, else it runs on.
   void preempt() {
     save_errno();
-    if (ring_.needs_attention()) [[unlikely]]
-      collect_io();
+    if ((ring_.needs_attention() || watching_for_ask_back()) && collect_io()) [[unlikely]]
+      return;
     reschedule(Requeue::preempted);
   }
   /// yield() or preempt() without saving errno first (the caller saved it).
@@ -151,6 +159,11 @@ public:
   /// switched out) are not placed wake-affine: the running fiber did not wake
   /// them and may well run on.
   bool waking_for_runtime() const noexcept { return waking_for_runtime_; }
+  /// The running fiber, just switched in, is submitting at its first
+  /// preemption point what this worker held back for it (ask_back_for_io):
+  /// the fibers the completions collected with it wake wait for the next
+  /// tick to preempt it (Arrival::collected).
+  bool collecting_early() const noexcept { return collecting_; }
   /// Queues a new fiber spawned by the running fiber on this worker. Returns
   /// whether it went on the core's spawn ring.
   bool enqueue_spawned(Fiber* f);
@@ -292,16 +305,14 @@ private:
   LocalQueue local_;
   bool local_ok(const Fiber* adding = nullptr) const noexcept;
   void reap_and_wake(bool submit_now);
-  void collect_io();
+  bool collect_io();
   /// A fiber about to run while this worker holds SQEs back (poll_io's
-  /// batching) is asked to stop at its first preemption point, where
-  /// preempt() submits them: if it runs long, they must not wait for it, and
+  /// batching) stops at its first preemption point, where preempt() submits
+  /// them and lets it run on: if it runs long they must not wait for it, and
   /// the ticker no longer looks for them. One that blocks first submits them
-  /// with its own I/O, and the pick that follows clears the flag.
-  void ask_back_for_io() noexcept {
-    if (ring_.deferring()) [[unlikely]]
-      sibling().preempt.store(true, std::memory_order_relaxed);
-  }
+  /// with its own I/O. Through the watch's ring word, not the preempt flag:
+  /// the fiber is not asked to yield, and nobody else's request is cleared.
+  void ask_back_for_io() noexcept { watch_ring(*this, ring_.deferring()); }
   void spill_local_locked();
 
   Fiber idle_ctx_;
@@ -309,6 +320,7 @@ private:
   bool stack_starved_ = false; // a fiber could not get a stack: the idle loop backs off
   bool affine_pending_ = false; // see note_affine_wake
   bool waking_for_runtime_ = false; // see waking_for_runtime
+  bool collecting_ = false;         // see collecting_early (set by collect_io for an ask-back)
   Fiber* current_ = nullptr;
   Fiber* prev_ = nullptr;
   std::uint32_t run_tick_ = 0; // the scheduler's tick count when the running fiber was last charged

@@ -380,3 +380,61 @@ TEST_CASE("operations with timeouts keep them when a burst fills the submission 
   }
   CHECK(timed_out.load() == kFibers);
 }
+
+TEST_CASE("a CPU-bound fiber beside an I/O ping-pong on its worker keeps most of its work", "[io][fairness]") {
+  // Two fibers pass a byte back and forth through two pipes (io::write,
+  // io::read) on the PU of a CPU-bound fiber. Each park leaves the SQEs held
+  // back for a batch, so the runner is switched in and submits them at its
+  // first preemption point. Session 31's first version then let the fiber
+  // those completions woke preempt it at once: switched in and out twice per
+  // round trip, it did 0.05 of its work alone (helper-16). Now those wake-ups
+  // wait for the next tick (Arrival::collected): 0.94-0.99 here.
+  Runtime rt(topo("core:2 pu:1"));
+  int ab[2], ba[2];
+  REQUIRE(::pipe(ab) == 0);
+  REQUIRE(::pipe(ba) == 0);
+  std::atomic<bool> stop{false}, pinging{false};
+  std::atomic<long> work{0}, round_trips{0};
+  auto runner = rt.spawn([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      std::uint64_t x = 1;
+      for (int i = 0; i < 200; ++i) x = x * 6364136223846793005ull + 1;
+      asm volatile("" : : "r"(x));
+      work.fetch_add(1, std::memory_order_relaxed);
+      this_fiber::preempt_point();
+    }
+  }, SpawnOptions{.pin_to_pu = 0});
+  auto window = [&] {
+    const long w0 = work.load(), r0 = round_trips.load();
+    std::this_thread::sleep_for(300ms);
+    return std::pair{work.load() - w0, round_trips.load() - r0};
+  };
+  std::this_thread::sleep_for(50ms);
+  const auto [alone, none] = window();
+  pinging = true;
+  std::byte b[1]{};
+  auto ping = rt.spawn([&] {
+    while (!stop.load()) {
+      if (!io::write(ab[1], b) || !io::read(ba[0], b)) break;
+      round_trips.fetch_add(1, std::memory_order_relaxed);
+    }
+  }, SpawnOptions{.pin_to_pu = 0});
+  auto pong = rt.spawn([&] {
+    std::byte c[1]{};
+    while (io::read(ab[0], c).value == 1 && io::write(ba[1], c)) {}
+  }, SpawnOptions{.pin_to_pu = 0});
+  std::this_thread::sleep_for(50ms);
+  const auto [beside, trips] = window();
+  stop = true;
+  ::close(ab[1]); // ends pong's read, and then ping's
+  ::close(ba[1]);
+  ping.join();
+  pong.join();
+  runner.join();
+  ::close(ab[0]);
+  ::close(ba[0]);
+  INFO("runner's work alone " << alone << ", beside the ping-pong " << beside << "; " << trips << " round trips in 300 ms");
+  CHECK(none == 0);
+  CHECK(static_cast<double>(beside) > 0.5 * static_cast<double>(alone));
+  CHECK(trips > 0); // the ping-pong still moves
+}
