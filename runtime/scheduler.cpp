@@ -404,7 +404,9 @@ Ticker::Seen Scheduler::tick(unsigned units) {
     // fibers always queued.
     const std::uint64_t sw = w.switches.load(std::memory_order_relaxed);
     const bool queue_needs_tick = w.core().queued_hint() > 0 && !sibling_waits && (sw == w.tick_seen || idle_hint());
-    seen.waiting |= queue_needs_tick || w.io_wants_ticks();
+    // (A fiber that waits for the next tick to preempt the runner is one.)
+    const bool wake_waits = w.sibling().wake_waits.load(std::memory_order_relaxed);
+    seen.waiting |= queue_needs_tick || wake_waits || w.io_wants_ticks();
     // A busy worker collects its I/O and timer completions, and submits the
     // SQEs it deferred, only at scheduling points: ask for one as soon as it
     // has either (the fallback, at whatever period the ticker runs; and the
@@ -412,7 +414,7 @@ Ticker::Seen Scheduler::tick(unsigned units) {
     if (w.io_needs_attention()) w.sibling().preempt.store(true, std::memory_order_relaxed);
     // A fiber woken by a completion its runner collected as it started
     // (Arrival::collected) preempts it now, a tick later.
-    if (w.sibling().wake_waits.load(std::memory_order_relaxed)) {
+    if (wake_waits) {
       w.sibling().wake_waits.store(false, std::memory_order_relaxed);
       w.sibling().preempt.store(true, std::memory_order_relaxed);
     }
