@@ -61,6 +61,7 @@ struct Fiber {
   std::size_t stack_size = 0;
   bool fresh = true;            // never run: no stack, no context yet
   bool is_task = true;          // false for a worker's idle context
+  bool ran_out = false;         // it last stopped at a preemption point that asked it to (a runner), not by blocking
   std::atomic<bool> context_saved{true}; // false while switching out after being queued
   std::atomic<FiberState> state{FiberState::runnable};
   CarriedState carried;         // exception state and errno while switched out (eh_state.hpp)

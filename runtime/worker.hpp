@@ -129,6 +129,7 @@ public:
     save_errno();
     if ((ring_.needs_attention() || watching_for_ask_back()) && collect_io()) [[unlikely]]
       return;
+    current_->ran_out = true;
     reschedule(Requeue::preempted);
   }
   /// yield() or preempt() without saving errno first (the caller saved it).
@@ -304,7 +305,8 @@ private:
   // lock; spilled to the core's queue at a locked pick.
   LocalQueue local_;
   bool local_ok(const Fiber* adding = nullptr) const noexcept;
-  void reap_and_wake(bool submit_now);
+  std::size_t reap_and_wake(bool submit_now);
+  Pick before_run(Pick p);
   bool collect_io();
   /// A fiber about to run while this worker holds SQEs back (poll_io's
   /// batching) stops at its first preemption point, where preempt() submits
