@@ -9,6 +9,8 @@
 // runner reaching a preemption point every few hundred nanoseconds. Threads:
 // write(2) / read(2), the runner without preemption points (the kernel
 // preempts it).
+#include "json_rounds.hpp"
+
 #include <coresched/coresched.hpp>
 #include <coresched/io.hpp>
 
@@ -147,16 +149,12 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds, "rounds, fibers and threads alternated")->check(CLI::Range(1u, 100u));
   app.add_option("--json", json_path, "also write every round's figures as JSON to this file");
   CLI11_PARSE(app, argc, argv);
-  std::FILE* j = nullptr;
-  if (!json_path.empty() && !(j = std::fopen(json_path.c_str(), "w"))) {
-    std::fprintf(stderr, "coresched-io-beside-bench: cannot write %s\n", json_path.c_str());
-    return 1;
-  }
+  JsonRounds json(json_path, "coresched-io-beside-bench");
+  if (!json.ok()) return 1;
   std::printf("# a runner and a pipe ping-pong on one CPU; %g s windows\n", seconds);
   std::printf("%-8s %5s %16s %16s %12s %14s\n", "way", "round", "work alone /s", "work beside /s", "of alone",
               "round trips/s");
-  if (j) std::fprintf(j, "{\"seconds\": %g, \"rounds\": [", seconds);
-  bool first = true;
+  json.parameters("\"seconds\": %g", seconds);
   try {
     for (unsigned r = 0; r < rounds; ++r)
       for (const char* way : {"fibers", "threads"}) {
@@ -165,20 +163,13 @@ int main(int argc, char** argv) {
         std::printf("%-8s %5u %16.0f %16.0f %12.3f %14.0f\n", way, r + 1, s.work_alone, s.work_beside, ratio,
                     s.round_trips);
         std::fflush(stdout);
-        if (j)
-          std::fprintf(j, "%s{\"way\": \"%s\", \"round\": %u, \"work_alone_per_s\": %.0f, \"work_beside_per_s\": %.0f, "
-                          "\"work_ratio\": %.4f, \"round_trips_per_s\": %.0f}",
-                       first ? "" : ", ", way, r + 1, s.work_alone, s.work_beside, ratio, s.round_trips);
-        first = false;
+        json.round("\"way\": \"%s\", \"round\": %u, \"work_alone_per_s\": %.0f, \"work_beside_per_s\": %.0f, "
+                   "\"work_ratio\": %.4f, \"round_trips_per_s\": %.0f",
+                   way, r + 1, s.work_alone, s.work_beside, ratio, s.round_trips);
       }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "coresched-io-beside-bench: %s\n", e.what());
-    if (j) std::fclose(j);
     return 1;
-  }
-  if (j) {
-    std::fprintf(j, "]}\n");
-    std::fclose(j);
   }
   return 0;
 }

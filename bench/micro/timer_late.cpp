@@ -13,6 +13,8 @@
 // What ends the wait is the runner's next preemption point, which reads the
 // ring's IORING_SQ_TASKRUN flag (this_fiber::preempt_point); before session
 // 31 it was the slice ticker's next tick (a quarter slice).
+#include "json_rounds.hpp"
+
 #include <coresched/coresched.hpp>
 
 #include <CLI/CLI.hpp>
@@ -89,16 +91,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"same", "tagged"}));
   app.add_option("--json", json_path, "also write every round's figures as JSON to this file");
   CLI11_PARSE(app, argc, argv);
-  std::FILE* j = nullptr;
-  if (!json_path.empty() && !(j = std::fopen(json_path.c_str(), "w"))) {
-    std::fprintf(stderr, "coresched-timer-late-bench: cannot write %s\n", json_path.c_str());
-    return 1;
-  }
+  JsonRounds json(json_path, "coresched-timer-late-bench");
+  if (!json.ok()) return 1;
   std::printf("# sleeps of %u us beside fibers that never switch, slice %u us; lateness past the due time\n", sleep_us,
               slice_us);
   std::printf("%-7s %5s %10s %10s %10s %10s\n", "layout", "round", "avg us", "p50 us", "p99 us", "max us");
-  if (j) std::fprintf(j, "{\"slice_us\": %u, \"sleep_us\": %u, \"sleeps\": %u, \"rounds\": [", slice_us, sleep_us, sleeps);
-  bool first = true;
+  json.parameters("\"slice_us\": %u, \"sleep_us\": %u, \"sleeps\": %u", slice_us, sleep_us, sleeps);
   try {
     for (unsigned r = 0; r < rounds; ++r)
       for (const auto& layout : layouts) {
@@ -106,20 +104,13 @@ int main(int argc, char** argv) {
         std::printf("%-7s %5u %10.1f %10.1f %10.1f %10.1f\n", layout.c_str(), r + 1, f.avg_us, f.p50_us, f.p99_us,
                     f.max_us);
         std::fflush(stdout);
-        if (j)
-          std::fprintf(j, "%s{\"layout\": \"%s\", \"round\": %u, \"avg_us\": %.2f, \"p50_us\": %.2f, \"p99_us\": %.2f, "
-                          "\"max_us\": %.2f}",
-                       first ? "" : ", ", layout.c_str(), r + 1, f.avg_us, f.p50_us, f.p99_us, f.max_us);
-        first = false;
+        json.round("\"layout\": \"%s\", \"round\": %u, \"avg_us\": %.2f, \"p50_us\": %.2f, \"p99_us\": %.2f, "
+                   "\"max_us\": %.2f",
+                   layout.c_str(), r + 1, f.avg_us, f.p50_us, f.p99_us, f.max_us);
       }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "coresched-timer-late-bench: %s\n", e.what());
-    if (j) std::fclose(j);
     return 1;
-  }
-  if (j) {
-    std::fprintf(j, "]}\n");
-    std::fclose(j);
   }
   return 0;
 }
