@@ -137,8 +137,10 @@ bool CoreCoordinator::enqueue_locked(unsigned s, Fiber* f, WakeList& wakes, Arri
   // while charged 77 % of the CPU (helper-16, session 31).
   if ((why == Arrival::woken || why == Arrival::collected) && vtime::before(f->vtime, floor)) {
     const std::uint64_t running = target.running.load(std::memory_order_relaxed);
-    if (running != kNoCookie && (single_pu_ || running == f->cookie))
-      (why == Arrival::collected ? target.wake_waits : target.preempt).store(true, std::memory_order_relaxed);
+    if (running != kNoCookie && (single_pu_ || running == f->cookie)) {
+      if (why == Arrival::collected) target.wake_waits.store(true, std::memory_order_relaxed);
+      else target.ask_preempt();
+    }
   }
   if (f->pinned == kNotPinned) {
     // The target is busy: a sleeping sibling that can run this cookie takes it.
@@ -256,20 +258,26 @@ Pick CoreCoordinator::pick_locked(unsigned s, WakeList& wakes) {
   if (single_pu()) return pick_single_pu(me, true);
   const std::uint64_t elsewhere = other_running(s);
   std::uint64_t want = 0;
-  bool kept_young = false;
-  if (!choose_cookie(elsewhere, want, kept_young)) return stop_and_idle(s, elsewhere, wakes);
+  std::uint64_t kept_until = 0;
+  if (!choose_cookie(elsewhere, want, kept_until)) return stop_and_idle(s, elsewhere, wakes);
   // The owner kept only for the rest of its least turn while another cookie
-  // leads: this sibling picks again at its next preemption point, and the
-  // first pick after the least turn hands the core over.
-  if (kept_young) [[unlikely]]
+  // leads: this sibling picks again at its first preemption point after the
+  // least turn (repick_at, Worker::preempt), and that pick hands the core
+  // over. The earlier points run on without the lock: re-picking at each
+  // of them (until session 32) had both siblings take the core lock every
+  // few hundred ns for the rest of the turn.
+  // (A stale repick_at is harmless: every other request clears it.)
+  if (kept_until != 0) [[unlikely]] {
+    me.repick_at.store(kept_until, std::memory_order_relaxed);
     me.preempt.store(true, std::memory_order_relaxed);
+  }
   Pick p;
   if (elsewhere != kNoCookie && want != elsewhere) {
     // Another cookie is due: ask the siblings running `elsewhere` to stop at
     // their next preemption point, and idle until they have.
     for (unsigned t = 0; t < size(); ++t)
       if (t != s && siblings_[t]->running.load(std::memory_order_relaxed) == elsewhere)
-        siblings_[t]->preempt.store(true, std::memory_order_relaxed);
+        siblings_[t]->ask_preempt();
     set_forced(s, true);
     p.kind = Pick::Kind::forced_idle;
     p.wanted = want;

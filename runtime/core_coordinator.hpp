@@ -83,7 +83,12 @@ struct Sibling {
   unsigned worker = 0;  // global worker index
   RunQueue queue;       // guarded by the core lock
   std::atomic<std::uint64_t> running{kNoCookie}; // published cookie; written under the lock
-  std::atomic<bool> preempt{false};     // asks the running fiber to yield at its next preempt_point
+  std::atomic<bool> preempt{false};     // asks the running fiber to yield at its next preempt_point (ask_preempt)
+  // Set with `preempt` by a pick that kept the owner only for the rest of its
+  // least turn (pick_locked): a preemption point before this time (ns) runs
+  // on without the lock (Worker::preempt). 0: none. Any other request clears
+  // it (ask_preempt).
+  std::atomic<std::uint64_t> repick_at{0};
   std::atomic<bool> wake_waits{false};  // a fiber woken here waits for the next tick to preempt the runner (Arrival::collected)
   std::atomic<std::uint32_t> wake_word{0}; // bumped on every wake-up, re-checked before sleeping
   std::atomic<IoRing*> ring{nullptr};      // the worker sleeps in its io_uring; wakers write its eventfd
@@ -95,6 +100,14 @@ struct Sibling {
   std::atomic<std::uint32_t> vfloor{0}; // the largest vtime started here (CFS's min_vruntime)
   LockedFlag sleeping;      // the worker is (about to be) blocked on wake_word
   bool forced_idle = false; // guarded: idle although the core has runnable fibers
+
+  /// Asks the running fiber to stop at its next preemption point. Every
+  /// request but the young turn's own goes through here, so that none waits
+  /// for a young turn's re-pick time (repick_at).
+  void ask_preempt() noexcept {
+    repick_at.store(0, std::memory_order_relaxed);
+    preempt.store(true, std::memory_order_relaxed);
+  }
 };
 
 /// What a sibling should do next.
@@ -281,7 +294,7 @@ public:
   /// request: the core's pick decides under the lock what runs next.
   void request_stop(std::uint64_t cookie) noexcept {
     for (auto& sp : siblings_)
-      if (sp->running.load(std::memory_order_relaxed) == cookie) sp->preempt.store(true, std::memory_order_relaxed);
+      if (sp->running.load(std::memory_order_relaxed) == cookie) sp->ask_preempt();
   }
 
   // ---- statistics (relaxed counters) ----
@@ -309,10 +322,10 @@ private:
   void arrive(CookieEntry& e);
   void place(CookieEntry& e, bool carried = false);
   std::uint64_t other_running(unsigned s) const noexcept;
-  /// The cookie the core runs next (false: none is runnable). `kept_young`
-  /// is set when the owner is kept only for the rest of its least turn
-  /// while another cookie leads.
-  bool choose_cookie(std::uint64_t running, std::uint64_t& out, bool& kept_young);
+  /// The cookie the core runs next (false: none is runnable). `kept_until`
+  /// is set to the end of the owner's least turn (ns) when the owner is kept
+  /// only for the rest of it while another cookie leads; left alone otherwise.
+  bool choose_cookie(std::uint64_t running, std::uint64_t& out, std::uint64_t& kept_until);
   bool prefer(const CookieEntry& a, const CookieEntry& b) const noexcept;
   bool leads(const CookieEntry& a, const CookieEntry& owner) const noexcept;
   static constexpr unsigned kMinTurnShift = 3; // a turn's least length: granularity >> this

@@ -147,7 +147,7 @@ void CoreCoordinator::set_owner(std::uint64_t cookie) {
   for (auto& e : cookies_) e.waited -= base;
 }
 
-bool CoreCoordinator::choose_cookie(std::uint64_t running, std::uint64_t& out, bool& kept_young) {
+bool CoreCoordinator::choose_cookie(std::uint64_t running, std::uint64_t& out, std::uint64_t& kept_until) {
   CookieEntry* only = nullptr;
   int candidates = 0;
   for (auto& e : cookies_) {
@@ -185,14 +185,14 @@ bool CoreCoordinator::choose_cookie(std::uint64_t running, std::uint64_t& out, b
   // it starts the leader at once: nobody is forced idle.)
   // A cookie that leads and waits out the least turn must not then wait for
   // the tick as well: the pick that keeps the owner asks its own sibling to
-  // pick again at its next preemption point (pick_locked), until the turn is
-  // old enough.
+  // pick again at its first preemption point after the turn's least length
+  // (`kept_until`, pick_locked).
   if (cur && best != cur) {
     if (!leads(*best, *cur)) {
       best = cur;
     } else if (running == owner_ && last_checkpoint_ - turn_start_ < (cfg_.granularity_ns >> kMinTurnShift)) {
       best = cur; // young
-      kept_young = true;
+      kept_until = turn_start_ + (cfg_.granularity_ns >> kMinTurnShift);
     }
   }
   out = best->cookie;
@@ -224,8 +224,8 @@ bool CoreCoordinator::leads(const CookieEntry& a, const CookieEntry& owner) cons
 // second, against 3,200 before, and got 10-36 % of the core, about what they
 // asked, against 1-5 %). In a younger turn the owner is asked all the same:
 // each pick that keeps it for the rest of its least turn asks its own sibling
-// to pick again at its next preemption point (choose_cookie's `kept_young`,
-// pick_locked), and the first pick after the least turn hands over. (Until
+// to pick again at its first preemption point after that (choose_cookie's
+// `kept_until`, pick_locked), and that pick hands over. (Until
 // session 31 such a cookie waited for the tick. That was rare while a busy
 // worker collected its timers only at a tick; once its fibers' preemption
 // points collected them, a sleep shorter than the least turn ended inside

@@ -249,7 +249,7 @@ void Scheduler::place_affine(Worker& here, Fiber* f) {
   // backlog rule (tick()).
   if (idle_hint()) {
     here.note_affine_wake();
-    here.sibling().preempt.store(true, std::memory_order_relaxed);
+    here.sibling().ask_preempt();
   }
 }
 
@@ -411,12 +411,12 @@ Ticker::Seen Scheduler::tick(unsigned units) {
     // SQEs it deferred, only at scheduling points: ask for one as soon as it
     // has either (the fallback, at whatever period the ticker runs; and the
     // only way where the ring cannot flag completions).
-    if (w.io_needs_attention()) w.sibling().preempt.store(true, std::memory_order_relaxed);
+    if (w.io_needs_attention()) w.sibling().ask_preempt();
     // A fiber woken by a completion its runner collected as it started
     // (Arrival::collected) preempts it now, a tick later.
     if (wake_waits) {
       w.sibling().wake_waits.store(false, std::memory_order_relaxed);
-      w.sibling().preempt.store(true, std::memory_order_relaxed);
+      w.sibling().ask_preempt();
     }
     if (sw != w.tick_seen) {
       w.tick_seen = sw;
@@ -427,7 +427,7 @@ Ticker::Seen Scheduler::tick(unsigned units) {
     // A forced-idle sibling asks the owner to stop at the end of its turn;
     // this is the fallback, should its timer not have (the turn's end moved
     // earlier, or the sibling was busy with completions).
-    if (w.ticks_same >= 4 || (sibling_waits && w.ticks_same >= 2)) w.sibling().preempt.store(true, std::memory_order_relaxed);
+    if (w.ticks_same >= 4 || (sibling_waits && w.ticks_same >= 2)) w.sibling().ask_preempt();
     // Fibers queued behind a fiber that has kept its worker for a tick, while
     // a worker elsewhere is idle: wake one to steal them (once per run; Go's
     // sysmon retakes a P for the same reason). Without this, a backlog whose

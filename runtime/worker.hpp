@@ -129,8 +129,19 @@ public:
     save_errno();
     if ((ring_.needs_attention() || watching_for_ask_back()) && collect_io()) [[unlikely]]
       return;
+    if (young_turn_holds()) [[unlikely]] {
+      restore_errno();
+      return;
+    }
     current_->ran_out = true;
     reschedule(Requeue::preempted);
+  }
+  /// A pick kept the core's owner only for the rest of its least turn and
+  /// asked to pick again once that has passed (Sibling::repick_at): until
+  /// then a preemption point runs on, without the lock. One clock read.
+  bool young_turn_holds() const noexcept {
+    const std::uint64_t until = sib_->repick_at.load(std::memory_order_relaxed);
+    return until != 0 && now_ns() < until;
   }
   /// yield() or preempt() without saving errno first (the caller saved it).
   void reschedule(Requeue how);

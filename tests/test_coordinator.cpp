@@ -334,3 +334,53 @@ TEST_CASE("a cookie that comes back gets the sleeper credit, a new one does not"
     }
   }
 }
+
+TEST_CASE("a pick that keeps a young owner asks to pick again when its least turn ends, and other requests clear that",
+          "[coordinator]") {
+  // Cookie 5 runs on both siblings; cookie 6 (pinned to sibling 1) has been
+  // here before, so when it comes back 10 µs into a new turn of 5 it leads
+  // with the sleeper credit. The picks in 5's least turn (a granularity / 8)
+  // keep 5 and set the sibling's repick_at to the turn's end, with its
+  // preempt flag (Worker::preempt runs on until then, without the lock). The
+  // first pick after it hands over, and its request to the other sibling
+  // clears that sibling's repick_at, so it stops at its next point.
+  constexpr std::uint64_t kGran = 500'000;
+  Core core(2, coresched::FairnessPolicy::core_vruntime, kGran);
+  std::vector<Fiber> f(3);
+  core.add(1, fiber(f, 2, 6, 1));
+  REQUIRE(core.pick(1).fiber == &f[2]); // 6 visits
+  fake_now += 100'000;
+  core.add(0, fiber(f, 0, 5, 0));
+  core.add(1, fiber(f, 1, 5, 1));
+  REQUIRE(core.pick(1).fiber == &f[1]); // f2 parked: 5 takes the core
+  REQUIRE(core.pick(0).fiber == &f[0]);
+  fake_now += 10'000'000; // 5 runs 10 ms: 6 is far behind
+  core.add(1, f[2]);      // 6 comes back with the credit, leads, asks 5 to stop
+  CHECK(core.c.sibling(0).preempt.load());
+  core.c.requeue_locked(1, &f[1]);
+  REQUIRE(core.pick(1).kind == Kind::forced_idle); // 5's turn is old: 6 is due
+  core.c.requeue_locked(0, &f[0]);
+  REQUIRE(core.pick(0).kind == Kind::forced_idle); // 6 pinned to sibling 1: the core is handed to it
+  REQUIRE(core.pick(1).fiber == &f[2]);
+  fake_now += 5'000;
+  REQUIRE(core.pick(1).fiber == &f[1]); // 6 parks after 5 µs: 5's new turn
+  REQUIRE(core.pick(0).fiber == &f[0]);
+  const std::uint64_t turn_start = fake_now;
+  fake_now += 10'000;
+  core.add(1, f[2]); // 6 is back 10 µs into 5's turn, and leads
+  for (unsigned s : {0u, 1u}) {
+    INFO("sibling " << s);
+    CHECK(core.c.sibling(s).preempt.load());
+    CHECK(core.c.sibling(s).repick_at.load() == 0); // an arrival's request: stop at the next point
+    core.c.requeue_locked(s, &f[s]);
+    const Pick p = core.pick(s);
+    CHECK(p.fiber == &f[s]); // young: 5 is kept
+    CHECK(core.c.sibling(s).preempt.load());
+    CHECK(core.c.sibling(s).repick_at.load() == turn_start + (kGran >> 3));
+  }
+  fake_now = turn_start + (kGran >> 3) + 1'000;
+  core.c.requeue_locked(0, &f[0]);
+  CHECK(core.pick(0).kind == Kind::forced_idle); // the least turn is over: 6's turn
+  CHECK(core.c.sibling(1).preempt.load());
+  CHECK(core.c.sibling(1).repick_at.load() == 0); // sibling 1 stops at its next point
+}

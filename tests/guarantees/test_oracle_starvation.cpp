@@ -525,7 +525,7 @@ TEST_CASE("an unpinned waiting cookie on cores all busy with owner ping-pong pai
 // every quarter slice, made it reap, and B owned 8-32 % (25-96 ms of 300)
 // there, against 2.4-4.2 % before. Since session 31 the burner's next
 // preemption point collects it (IORING_SQ_TASKRUN), and a wake-up inside the
-// owner's least turn hands over when that ends (kept_young, pick_locked):
+// owner's least turn hands over when that ends (choose_cookie's kept_until, pick_locked):
 // B owns 35-40 % beside burners too.
 // The check: B's work beside A over its work alone on core 0 in as long
 // (timer latencies and the host's share of CPU included). Session 30, three
@@ -534,7 +534,7 @@ TEST_CASE("an unpinned waiting cookie on cores all busy with owner ping-pong pai
 // Session 31: yielders 0.97-1.0 and 0.54-0.75, burners 0.99-1.0 and
 // 0.40-0.50. Beside burners on core:1 pu:2 it read 0.09 with the timers
 // collected at preemption points but wake-ups in a young turn left to the
-// tick, and 0.22-0.28 with kept_young's request removed: both under the
+// tick, and 0.22-0.28 with that request removed: both under the
 // bound.
 TEST_CASE("a cookie that sleeps between bursts beside busy owner fibers gets most of what it asks",
           "[oracle][starvation]") {

@@ -62,12 +62,19 @@ void CoreSim::observe() {
   schedule_notices();
 }
 
-// A fiber notices its preempt flag at its next preempt point.
+// A fiber notices its preempt flag at its next preempt point; a young turn's
+// request (Sibling::repick_at) at the first one after its re-pick time
+// (Worker::preempt). Any other request clears that time, and is noticed at
+// the next point.
 void CoreSim::schedule_notices() {
   for (unsigned s = 0; s < n_; ++s) {
     Pu& p = pus_[s];
-    if (p.st == PuSt::running && p.notice_at == kNever && core_.sibling(s).preempt.load(std::memory_order_relaxed))
-      p.notice_at = now() + notice_latency(fibers_[static_cast<std::size_t>(p.fiber)]);
+    const Sibling& sib = core_.sibling(s);
+    if (p.st != PuSt::running || !sib.preempt.load(std::memory_order_relaxed)) continue;
+    const std::uint64_t from = std::max(now(), sib.repick_at.load(std::memory_order_relaxed));
+    if (p.notice_at != kNever && p.notice_from <= from) continue;
+    p.notice_from = from;
+    p.notice_at = from + notice_latency(fibers_[static_cast<std::size_t>(p.fiber)]);
   }
 }
 

@@ -466,7 +466,7 @@ void CoreSim::tick() {
     p.ticks_same += static_cast<int>(units);
     if (p.ticks_same >= 4 || (sibling_waits && p.ticks_same >= 2)) {
       if (!core_.sibling(s).preempt.load(std::memory_order_relaxed)) trace(s, 1, p.fiber);
-      core_.sibling(s).preempt.store(true, std::memory_order_relaxed);
+      core_.sibling(s).ask_preempt();
     }
   }
   if (waiting) tick_hold_ = 8;

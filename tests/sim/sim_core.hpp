@@ -185,6 +185,7 @@ private:
     int fiber = -1;
     std::uint64_t next = 0;                             // its next event (idle steps, wake-up)
     std::uint64_t notice_at = kNever, stop_at = kNever; // running: preempt noticed, voluntary stop
+    std::uint64_t notice_from = 0; // running: the flag's notice is for a preemption point after this (repick_at)
     int rounds = 0;                                     // find_work's spin rounds
     bool spinning = false, idle = false, forced = false;
     std::uint32_t epoch = 0;                   // wake word when it went to sleep
