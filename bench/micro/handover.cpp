@@ -30,7 +30,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <ctime>
+#include <pthread.h>
+#include <sched.h>
 #include <string>
+#include <sys/prctl.h>
 #include <thread>
 #include <vector>
 
@@ -46,6 +50,7 @@ struct Params {
   unsigned burst_min_us = 1, burst_max_us = 3;
   double seconds = 1.0;
   bool same_cookie = false; // the control: the sleepers run under A's cookie (no hand-over at all)
+  bool threads = false;     // the same on kernel threads, as the control (this kernel has no core scheduling)
 };
 
 struct Figures {
@@ -169,6 +174,72 @@ Figures measure(const Params& p) {
   return f;
 }
 
+// The same on kernel threads: A's two threads pinned to CPUs 0 and 1 (the CPUs
+// the runtime's two PUs run on here), the sleepers unpinned, each sleeping to
+// an absolute due time with a timer slack of 1 ns (the default 50 µs would
+// make them later than the fibers' io_uring timers, which have none). With no
+// core scheduling in this kernel it compares with --same-cookie.
+Figures measure_threads(const Params& p) {
+  const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+  auto run = [&](unsigned sleepers, std::vector<double>& late, std::uint64_t& sleepers_cpu_ns) {
+    std::atomic<bool> stop{false};
+    std::vector<std::uint64_t> units(2, 0);
+    std::vector<std::thread> ts;
+    const auto t0 = Clock::now();
+    for (unsigned k = 0; k < 2; ++k)
+      ts.emplace_back([&, k] {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(k % cpus, &set);
+        pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+        units[k] = spin_units(stop);
+      });
+    std::vector<std::vector<double>> lates(sleepers);
+    std::vector<std::uint64_t> cpu(sleepers, 0);
+    for (unsigned i = 0; i < sleepers; ++i)
+      ts.emplace_back([&, i] {
+        prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+        std::mt19937_64 rng(1234 + i);
+        std::uniform_int_distribution<unsigned> sleep(p.sleep_min_us, p.sleep_max_us);
+        std::uniform_int_distribution<unsigned> burst(p.burst_min_us, p.burst_max_us);
+        while (!stop.load(std::memory_order_relaxed)) {
+          const auto due = Clock::now() + std::chrono::microseconds(sleep(rng));
+          std::this_thread::sleep_until(due);
+          const auto woke = Clock::now();
+          lates[i].push_back(std::chrono::duration<double, std::micro>(woke - due).count());
+          const auto end = woke + std::chrono::microseconds(burst(rng));
+          while (Clock::now() < end) {}
+        }
+        timespec ts_cpu{};
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts_cpu);
+        cpu[i] = static_cast<std::uint64_t>(ts_cpu.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts_cpu.tv_nsec);
+      });
+    std::this_thread::sleep_for(std::chrono::duration<double>(p.seconds));
+    stop = true;
+    for (auto& t : ts) t.join();
+    const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+    for (auto& l : lates) late.insert(late.end(), l.begin(), l.end());
+    for (auto c : cpu) sleepers_cpu_ns += c;
+    return static_cast<double>(units[0] + units[1]) / wall;
+  };
+  std::vector<double> none, late;
+  std::uint64_t none_cpu = 0, sleepers_cpu = 0;
+  const double alone = run(0, none, none_cpu);
+  const auto t1 = Clock::now();
+  const double beside = run(p.sleepers, late, sleepers_cpu);
+  const double wall = std::chrono::duration<double>(Clock::now() - t1).count();
+  Figures f;
+  f.share = alone > 0 ? beside / alone : 0;
+  f.sleepers_cpu = static_cast<double>(sleepers_cpu) / 1e9 / (wall * 2);
+  f.a_owned = 1;
+  std::sort(late.begin(), late.end());
+  if (!late.empty()) {
+    f.late_p50_us = late[late.size() / 2];
+    f.late_p99_us = late[std::min(late.size() - 1, late.size() * 99 / 100)];
+  }
+  return f;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -188,6 +259,9 @@ int main(int argc, char** argv) {
   app.add_flag("--same-cookie", p.same_cookie,
                "the control: the sleepers run under A's cookie, so nothing is handed over (what their timers and "
                "switches cost alone)");
+  app.add_flag("--threads", p.threads,
+               "the same on kernel threads (A's two pinned to CPUs 0 and 1), to compare with --same-cookie: this "
+               "kernel has no core scheduling");
   app.add_option("--json", json_path, "also write every round's figures as JSON to this file");
   CLI11_PARSE(app, argc, argv);
   if (p.sleep_min_us > p.sleep_max_us || p.burst_min_us > p.burst_max_us) {
@@ -196,17 +270,22 @@ int main(int argc, char** argv) {
   }
   JsonRounds json(json_path, "coresched-handover-bench");
   if (!json.ok()) return 1;
-  std::printf("# %s, slice %u us: A busy on every PU; %u cookies sleep %u-%u us, burn %u-%u us\n", p.topology.c_str(),
-              p.slice_us, p.sleepers, p.sleep_min_us, p.sleep_max_us, p.burst_min_us, p.burst_max_us);
+  if (p.threads)
+    std::printf("# kernel threads: A busy on CPUs 0 and 1; %u threads sleep %u-%u us, burn %u-%u us\n", p.sleepers,
+                p.sleep_min_us, p.sleep_max_us, p.burst_min_us, p.burst_max_us);
+  else
+    std::printf("# %s, slice %u us: A busy on every PU; %u %s sleep %u-%u us, burn %u-%u us\n", p.topology.c_str(),
+                p.slice_us, p.sleepers, p.same_cookie ? "fibers of A's cookie" : "cookies", p.sleep_min_us,
+                p.sleep_max_us, p.burst_min_us, p.burst_max_us);
   std::printf("%5s %8s %8s %12s %11s %10s %10s %10s\n", "round", "A share", "A owned", "sleepers cpu", "forced idle",
               "changes/s", "late p50", "late p99");
   json.parameters("\"topology\": \"%s\", \"slice_us\": %u, \"sleepers\": %u, \"sleep_us\": [%u, %u], "
-                  "\"burst_us\": [%u, %u], \"same_cookie\": %s",
+                  "\"burst_us\": [%u, %u], \"same_cookie\": %s, \"threads\": %s",
                   p.topology.c_str(), p.slice_us, p.sleepers, p.sleep_min_us, p.sleep_max_us, p.burst_min_us,
-                  p.burst_max_us, p.same_cookie ? "true" : "false");
+                  p.burst_max_us, p.same_cookie ? "true" : "false", p.threads ? "true" : "false");
   try {
     for (unsigned r = 0; r < rounds; ++r) {
-      const Figures f = measure(p);
+      const Figures f = p.threads ? measure_threads(p) : measure(p);
       std::printf("%5u %8.3f %8.3f %12.3f %11.3f %10.0f %8.1fus %8.1fus\n", r + 1, f.share, f.a_owned, f.sleepers_cpu,
                   f.forced_idle, f.changes_per_s, f.late_p50_us, f.late_p99_us);
       std::fflush(stdout);
