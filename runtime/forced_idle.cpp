@@ -13,7 +13,8 @@
 // The hand-over gap. A forced-idle PU that sleeps in its ring starts only a
 // wake-up (tens of us on a VM, several on bare metal) once the core changes
 // cookie, and the core runs neither cookie meanwhile. So, woken at the turn's
-// end, it spins for at most one wake-up latency before it sleeps again. With
+// end, it spins for at most one wake-up latency before it sleeps again, where
+// its siblings are synthetic (on real SMT siblings it sleeps at once). With
 // Options::handover_spin the PU wakes its own learned timer latency before
 // the due time and spins (with `pause`, reading one word) through the
 // hand-over, for at most a quarter slice, so that forced idle does not become
@@ -129,7 +130,16 @@ bool Worker::sleep_until_turn_end(std::uint64_t& due) {
     // wake-up that sleeping costs (rent or buy). An overdue turn keeps its due
     // time, so an owner that never stops costs one such stretch, not one per
     // look.
-    if (end == turn_end_spun_) return false;
+    // Not on real SMT siblings: there the spinning thread shares the core
+    // with the owner it waits for, in the very turn the owner's cookie is
+    // paying for, and the kernel's forced-idle sibling halts instead. In the
+    // SMT guest (TCG, 1 core x 2 threads) the watch cut the owner's rate in
+    // `cpu tagged` from 658-661 to 557-558 events/s, 0.87 to 0.71-0.74 of
+    // Alone's per owned ms, while it cut the hand-over gap p50 from 90 to
+    // 5.6 us (docs/performance.md, "The watch at the turn's end on real
+    // siblings"). On synthetic siblings, other CPUs, it costs the owner
+    // nothing.
+    if (end == turn_end_spun_ || !sched_.watch_turn_end()) return false;
     turn_end_spun_ = end;
     watch_until = now + wake_latency_ns_;
   }

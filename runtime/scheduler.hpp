@@ -110,6 +110,10 @@ public:
   std::uint64_t slice_ns() const noexcept { return slice_ns_; }
   /// Options::handover_spin (or CORESCHED_HANDOVER_SPIN=1).
   bool handover_spin() const noexcept { return handover_spin_; }
+  /// Whether a forced-idle PU woken at the end of the owner's turn watches
+  /// for the hand-over a while before it sleeps again (forced_idle.cpp): only
+  /// where its siblings are synthetic (other CPUs), not real SMT threads.
+  bool watch_turn_end() const noexcept { return !topology_.real_siblings(); }
   Stats stats();
   /// Writes every live fiber and every core to `out` (fiber_dump.cpp).
   void dump(std::FILE* out);
