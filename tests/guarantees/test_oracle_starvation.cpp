@@ -193,18 +193,33 @@ void ping_pong(Rig& r, bool channel, bool pinned, std::atomic<int>& started) {
   }
 }
 
+/// Up to three windows of measure(), until `ok` holds for one. A window in
+/// which the host kept the workers off its CPUs reads low without any
+/// starvation (sanitizer builds run 5-50x slower, and on core:2 pu:2 four
+/// workers share two CPUs); a starved cookie fails every window. Under ASan
+/// on 2026-12-04 the sleeper test below failed its bound in 5 of 13 single
+/// windows, at this session's commit and the one before alike, and a
+/// semaphore ping-pong case read 0.13 of the core in CI (0.2 checked).
+template <class Ok> std::pair<double, double> measure_until(Rig& r, Cookie c, Ok ok, int& windows) {
+  std::pair<double, double> m = measure(r, c);
+  for (windows = 1; windows < 3 && !ok(m); ++windows) m = measure(r, c);
+  return m;
+}
+
 /// Runs one owner scenario and checks B's share of core 0.
 void check_waiting_share(Rig& r, std::atomic<int>& started, int owners, const std::string& what) {
   settle(r, started, owners);
   GapMeter gap_b;
   const Cookie b = Cookie::create();
   r.spawn_waiting(b, gap_b, r.waiting_pin());
-  const auto [b_ms, wall_ms] = measure(r, b);
+  int windows = 0;
+  const auto [b_ms, wall_ms] =
+      measure_until(r, b, [](const std::pair<double, double>& m) { return m.first > 0.2 * m.second; }, windows);
   const double a_ms_total = core_ms(r.h.rt, r.a);
   r.finish();
   INFO(what << ": B owned core 0 for " << b_ms << " ms of " << wall_ms << " ms (" << gap_b.turns.load()
-            << " turns, longest gap " << gap_b.max_us.load() << " us); A owned cores for " << a_ms_total
-            << " ms in all");
+            << " turns, longest gap " << gap_b.max_us.load() << " us, window " << windows << " of up to 3); A owned"
+            << " cores for " << a_ms_total << " ms in all");
   CHECK(b_ms > 0.2 * wall_ms);
   CHECK_ISOLATED(r.h);
 }
@@ -571,21 +586,29 @@ TEST_CASE("a cookie that sleeps between bursts beside busy owner fibers gets mos
     r.spawn_yielders(started, true);
     settle(r, started, static_cast<int>(2 * r.pus.size()));
   }
-  const long burned0 = b_burned_us.load();
-  const auto [b_ms, wall_ms] = measure(r, b);
-  const double burned_ms = static_cast<double>(b_burned_us.load() - burned0) / 1000.0;
-  r.finish();
-  INFO("alone, B burned " << alone_ms << " ms of " << window().count() << " ms; beside A it owned core 0 for " << b_ms
-                          << " ms of " << wall_ms << " ms, burned " << burned_ms << " ms in " << gap_b.turns.load()
-                          << " bursts (longest gap " << gap_b.max_us.load() << " us)");
-  // Not starved. In the 2-core SMT guest (tests/vm), B's burners case owned
-  // 1.5-3 % (4.6-9.5 ms of 300), the host's CPUs its vCPUs' to give.
-  CHECK(b_ms > (burners ? 0.005 : 0.02) * wall_ms);
-  REQUIRE(alone_ms > 0);
   // Four workers share two CPUs on core:2 pu:2, and beside burners B's work
   // there read 0.17-0.31 of alone in session 30 (0.07-0.09 before) and
   // 0.40-0.50 in session 31: too close to call, so that case is checked
   // against starvation only.
-  if (share_checks() && !(burners && r.multi_core)) CHECK(burned_ms > (burners ? 0.6 : 0.35) * alone_ms);
+  const bool check_share = share_checks() && !(burners && r.multi_core);
+  const double bound = burners ? 0.6 : 0.35;
+  long burned0 = b_burned_us.load();
+  double burned_ms = 0;
+  int windows = 0;
+  const auto [b_ms, wall_ms] = measure_until(r, b, [&](const std::pair<double, double>&) {
+    burned_ms = static_cast<double>(b_burned_us.load() - burned0) / 1000.0;
+    burned0 = b_burned_us.load();
+    return !check_share || burned_ms > bound * alone_ms;
+  }, windows);
+  r.finish();
+  INFO("alone, B burned " << alone_ms << " ms of " << window().count() << " ms; beside A it owned core 0 for " << b_ms
+                          << " ms of " << wall_ms << " ms, burned " << burned_ms << " ms in " << gap_b.turns.load()
+                          << " bursts (longest gap " << gap_b.max_us.load() << " us; window " << windows
+                          << " of up to 3)");
+  // Not starved. In the 2-core SMT guest (tests/vm), B's burners case owned
+  // 1.5-3 % (4.6-9.5 ms of 300), the host's CPUs its vCPUs' to give.
+  CHECK(b_ms > (burners ? 0.005 : 0.02) * wall_ms);
+  REQUIRE(alone_ms > 0);
+  if (check_share) CHECK(burned_ms > bound * alone_ms);
   CHECK_ISOLATED(r.h);
 }
