@@ -196,10 +196,11 @@ void ping_pong(Rig& r, bool channel, bool pinned, std::atomic<int>& started) {
 /// Up to three windows of measure(), until `ok` holds for one. A window in
 /// which the host kept the workers off its CPUs reads low without any
 /// starvation (sanitizer builds run 5-50x slower, and on core:2 pu:2 four
-/// workers share two CPUs); a starved cookie fails every window. Under ASan
-/// on 2026-12-04 the sleeper test below failed its bound in 5 of 13 single
-/// windows, at this session's commit and the one before alike, and a
-/// semaphore ping-pong case read 0.13 of the core in CI (0.2 checked).
+/// workers share two CPUs); a starved cookie fails every window. On
+/// 2026-12-04, with another test process loading the machine, the sleeper
+/// test below failed in 3 of 7 runs under ASan with a single window, and in
+/// 4 of 7 at the commit before (its change was not the cause), and a
+/// semaphore ping-pong case read 0.13 of the core (0.2 checked).
 template <class Ok> std::pair<double, double> measure_until(Rig& r, Cookie c, Ok ok, int& windows) {
   std::pair<double, double> m = measure(r, c);
   for (windows = 1; windows < 3 && !ok(m); ++windows) m = measure(r, c);
