@@ -104,9 +104,14 @@ struct Sibling {
   /// Asks the running fiber to stop at its next preemption point. Every
   /// request but the young turn's own goes through here, so that none waits
   /// for a young turn's re-pick time (repick_at).
+  /// (Release, paired with the acquire fence in Worker::young_turn_holds: a
+  /// fiber that sees this request sees repick_at cleared too. A pick that
+  /// keeps a young turn at the same instant can still set it again after the
+  /// clear; the request then waits for the re-pick time, at most a least
+  /// turn, as a request cleared by pick_locked's own reset is lost.)
   void ask_preempt() noexcept {
     repick_at.store(0, std::memory_order_relaxed);
-    preempt.store(true, std::memory_order_relaxed);
+    preempt.store(true, std::memory_order_release);
   }
 };
 

@@ -140,6 +140,7 @@ public:
   /// asked to pick again once that has passed (Sibling::repick_at): until
   /// then a preemption point runs on, without the lock. One clock read.
   bool young_turn_holds() const noexcept {
+    std::atomic_thread_fence(std::memory_order_acquire); // after preempt_point's read of the flag (ask_preempt)
     const std::uint64_t until = sib_->repick_at.load(std::memory_order_relaxed);
     return until != 0 && now_ns() < until;
   }

@@ -367,11 +367,14 @@ TEST_CASE("a pick that keeps a young owner asks to pick again when its least tur
   REQUIRE(core.pick(0).fiber == &f[0]);
   const std::uint64_t turn_start = fake_now;
   fake_now += 10'000;
+  // A re-pick time left from an earlier young turn (stale: every request
+  // but a young turn's own must clear it, or it would wait for it).
+  for (unsigned s : {0u, 1u}) core.c.sibling(s).repick_at.store(fake_now + 1'000'000'000);
   core.add(1, f[2]); // 6 is back 10 µs into 5's turn, and leads
   for (unsigned s : {0u, 1u}) {
     INFO("sibling " << s);
     CHECK(core.c.sibling(s).preempt.load());
-    CHECK(core.c.sibling(s).repick_at.load() == 0); // an arrival's request: stop at the next point
+    CHECK(core.c.sibling(s).repick_at.load() == 0); // the arrival's request (request_stop) cleared it
     core.c.requeue_locked(s, &f[s]);
     const Pick p = core.pick(s);
     CHECK(p.fiber == &f[s]); // young: 5 is kept
