@@ -86,6 +86,9 @@ struct BusyCore1 {
         busy_until(stopping);
       }, SpawnOptions{.cookie = cookie, .pin_to_pu = pu}));
   }
+  // A failed REQUIRE must not leave the busy fibers running: the handles'
+  // destructors would wait for them for ever.
+  ~BusyCore1() { stop(); }
   bool running() const { return started.load() == 2; }
   void stop() { stopping.store(true); }
   void join() {
@@ -248,8 +251,11 @@ TEST_CASE("a fiber of another cookie queued on a forced-idle sibling of a stuck 
   Runtime rt(without_stall_reports("core:2 pu:2"));
   const Cookie a = Cookie::create(), b = Cookie::create();
   BusyCore1 busy(rt, b);
-  // C parks on PU 1; where it parked is up to the runtime (PU 0 may take it
-  // first), so the set-up is tried until it parks there.
+  // C parks on PU 1. PU 0 shares core 0's queue, so while it idles it may
+  // take C first: a fiber of B pinned there spins without a preemption point
+  // until C has parked (in CI under ASan, with PU 0 idle, C parked on PU 0 in
+  // all of 50 tries). Where C parks is still up to the runtime (a thief on
+  // core 1 may take it), so the set-up is tried until it parks on PU 1.
   Semaphore go;
   std::atomic<unsigned> parked_on{~0u}, ran_on{~0u};
   std::atomic<Clock::rep> started{0};
@@ -260,17 +266,30 @@ TEST_CASE("a fiber of another cookie queued on a forced-idle sibling of a stuck 
       c->join();
     }
     parked_on = ~0u;
+    std::atomic<bool> blocking{false}, unblock{false};
+    auto blocker = rt.spawn([&] {
+      blocking.store(true);
+      while (!unblock.load()) {
+      } // no preemption point: PU 0 cannot take C
+    }, SpawnOptions{.cookie = b, .pin_to_pu = 0});
+    while (!blocking.load()) std::this_thread::sleep_for(100us);
     rt.spawn([&] {
       c = spawn([&] {
         parked_on.store(this_fiber::location().worker);
         go.acquire();
         started.store(Clock::now().time_since_epoch().count());
         ran_on.store(this_fiber::location().worker);
-      }, SpawnOptions{.cookie = b}); // queued on PU 1, run there once this fiber ends
+      }, SpawnOptions{.cookie = b}); // queued on core 0, run on PU 1 once this fiber ends
     }, SpawnOptions{.cookie = b, .pin_to_pu = 1}).join();
     for (int i = 0; i < 1000 && parked_on.load() == ~0u; ++i) std::this_thread::sleep_for(1ms);
+    unblock.store(true);
+    blocker.join();
   }
-  REQUIRE(parked_on.load() == 1);
+  if (parked_on.load() != 1) { // end C (and, by ~BusyCore1, the busy fibers) rather than hang in their joins
+    go.release();
+    if (c) c->join();
+    FAIL("C never parked on PU 1 in 50 tries (last: worker " << parked_on.load() << ")");
+  }
   std::atomic<bool> spinning{false};
   auto runner = rt.spawn([&] {
     spinning.store(true);
