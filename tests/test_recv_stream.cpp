@@ -143,6 +143,12 @@ TEST_CASE("a RecvStream read and ended on another worker than the one that made 
   Runtime rt(topo("core:2 pu:1"));
   std::atomic<bool> stop{false};
   std::optional<JoinHandle<void>> busy;
+  // Destroyed before `busy`: a failed REQUIRE stops the busy fiber rather
+  // than leave its handle's destructor waiting for it for ever.
+  struct StopOnExit {
+    std::atomic<bool>& s;
+    ~StopOnExit() { s = true; }
+  } stop_on_exit{stop};
   const int rounds = std::max(4, static_cast<int>(20 * stress_scale()));
   for (int round = 0; round < rounds; ++round) {
     SocketPair sp;

@@ -16,6 +16,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace guarantees::handover {
@@ -92,6 +93,41 @@ inline coresched::JoinHandle<void> spawn_burner(Harness& h, const std::atomic<bo
 
 /// The wall time a cookie held some core (Stats::cookie(c).core_ns), in ms.
 inline double core_ms(const Runtime& rt, Cookie c) { return static_cast<double>(rt.stats().cookie(c).core_ns) / 1e6; }
+
+/// One measuring window: the wall time each of some cookies held some core
+/// over it, and the window's own wall time, in ms.
+struct Window {
+  std::vector<double> owned_ms;
+  double wall_ms = 0;
+};
+
+/// Sleeps `len` and reads how long each of `cookies` held a core meanwhile.
+inline Window measure_window(const Runtime& rt, const std::vector<Cookie>& cookies, std::chrono::milliseconds len) {
+  std::vector<double> before;
+  for (Cookie c : cookies) before.push_back(core_ms(rt, c));
+  const auto w0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(len);
+  Window w;
+  for (std::size_t i = 0; i < cookies.size(); ++i) w.owned_ms.push_back(core_ms(rt, cookies[i]) - before[i]);
+  w.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - w0).count();
+  return w;
+}
+
+/// Up to three windows, until `ok` holds for one; `windows` says how many
+/// were taken. A window in which the host kept the workers off its CPUs reads
+/// low without any starvation (sanitizer builds run 5-50x slower, and on
+/// core:2 pu:2 four workers share two CPUs, while the owner is charged the
+/// wall time its thread is descheduled); a starved cookie fails every window.
+/// On 2026-12-04, with another test process loading the machine, a share
+/// check with a single window failed in 3 of 7 runs under ASan, and a
+/// semaphore ping-pong case read 0.13 of the core where 0.2 was checked.
+template <class Ok>
+Window measure_until(const Runtime& rt, const std::vector<Cookie>& cookies, std::chrono::milliseconds len, Ok ok,
+                     int& windows) {
+  Window w = measure_window(rt, cookies, len);
+  for (windows = 1; windows < 3 && !ok(w); ++windows) w = measure_window(rt, cookies, len);
+  return w;
+}
 
 /// The PUs of core `core`.
 inline std::vector<unsigned> pus_of_core(const Topology& t, unsigned core) { return t.cores()[core].pus; }

@@ -120,16 +120,6 @@ private:
   bool finished_ = false;
 };
 
-/// Measures `c`'s ownership of core 0 over the window: {owned ms, wall ms}.
-std::pair<double, double> measure(Rig& r, Cookie c) {
-  const double c0 = core_ms(r.h.rt, c);
-  const auto w0 = Clock::now();
-  std::this_thread::sleep_for(window());
-  const double owned = core_ms(r.h.rt, c) - c0;
-  const double wall = std::chrono::duration<double, std::milli>(Clock::now() - w0).count();
-  return {owned, wall};
-}
-
 /// Waits until every one of `n` owner fibers has run once, then lets A hold
 /// core 0 alone for a few slices (its fibers come and go, its books age).
 void settle(Rig& r, std::atomic<int>& started, int n) {
@@ -193,18 +183,13 @@ void ping_pong(Rig& r, bool channel, bool pinned, std::atomic<int>& started) {
   }
 }
 
-/// Up to three windows of measure(), until `ok` holds for one. A window in
-/// which the host kept the workers off its CPUs reads low without any
-/// starvation (sanitizer builds run 5-50x slower, and on core:2 pu:2 four
-/// workers share two CPUs); a starved cookie fails every window. On
-/// 2026-12-04, with another test process loading the machine, the sleeper
-/// test below failed in 3 of 7 runs under ASan with a single window, and in
-/// 4 of 7 at the commit before (its change was not the cause), and a
-/// semaphore ping-pong case read 0.13 of the core (0.2 checked).
+/// Up to three windows (measure_until, handover_support.hpp) until `ok`
+/// holds for `c`'s {owned ms, wall ms} in one.
 template <class Ok> std::pair<double, double> measure_until(Rig& r, Cookie c, Ok ok, int& windows) {
-  std::pair<double, double> m = measure(r, c);
-  for (windows = 1; windows < 3 && !ok(m); ++windows) m = measure(r, c);
-  return m;
+  const Window w = handover::measure_until(r.h.rt, {c}, window(), [&](const Window& m) {
+    return ok(std::pair<double, double>{m.owned_ms[0], m.wall_ms});
+  }, windows);
+  return {w.owned_ms[0], w.wall_ms};
 }
 
 /// Runs one owner scenario and checks B's share of core 0.
@@ -403,14 +388,18 @@ TEST_CASE("two cookies waiting behind owner ping-pong pairs each get the core", 
   const Cookie b = Cookie::create(), c = Cookie::create();
   r.spawn_waiting(b, gap_b, r.waiting_pin());
   r.spawn_waiting(c, gap_c, r.waiting_pin());
-  const double b0 = core_ms(r.h.rt, b), c0 = core_ms(r.h.rt, c);
-  const auto w0 = Clock::now();
-  std::this_thread::sleep_for(window());
-  const double b_ms = core_ms(r.h.rt, b) - b0, c_ms = core_ms(r.h.rt, c) - c0;
-  const double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - w0).count();
+  // From their first runs on (either may start tens of ms late on a loaded,
+  // sanitized host), in up to three windows.
+  REQUIRE(wait_for([&] { return gap_b.turns.load() > 0 && gap_c.turns.load() > 0; }, 10s));
+  int windows = 0;
+  const Window w = handover::measure_until(r.h.rt, {b, c}, window(), [](const Window& m) {
+    return m.owned_ms[0] > 0.1 * m.wall_ms && m.owned_ms[1] > 0.1 * m.wall_ms;
+  }, windows);
+  const double b_ms = w.owned_ms[0], c_ms = w.owned_ms[1], wall_ms = w.wall_ms;
   r.finish();
-  INFO("B owned core 0 for " << b_ms << " ms, C for " << c_ms << " ms, of " << wall_ms << " ms; longest gaps "
-                             << gap_b.max_us.load() << " / " << gap_c.max_us.load() << " us");
+  INFO("B owned core 0 for " << b_ms << " ms, C for " << c_ms << " ms, of " << wall_ms << " ms (window " << windows
+                             << " of up to 3); longest gaps " << gap_b.max_us.load() << " / " << gap_c.max_us.load()
+                             << " us");
   CHECK(b_ms > 0.1 * wall_ms);
   CHECK(c_ms > 0.1 * wall_ms);
   CHECK_ISOLATED(r.h);
@@ -513,14 +502,18 @@ TEST_CASE("an unpinned waiting cookie on cores all busy with owner ping-pong pai
   }
   std::this_thread::sleep_for(3 * o.slice);
   fibers.push_back(spawn_burner(h, stop, b, std::nullopt, "waiting cookie", &gap_b));
-  const double b0 = core_ms(h.rt, b);
-  const auto w0 = Clock::now();
-  std::this_thread::sleep_for(window());
-  const double b_ms = core_ms(h.rt, b) - b0;
-  const double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - w0).count();
+  if (!wait_for([&] { return gap_b.turns.load() > 0; }, 10s)) {
+    finish();
+    FAIL("B never ran");
+  }
+  int windows = 0;
+  const Window w = handover::measure_until(h.rt, {b}, window(), [](const Window& m) {
+    return m.owned_ms[0] > 0.2 * m.wall_ms;
+  }, windows);
+  const double b_ms = w.owned_ms[0], wall_ms = w.wall_ms;
   finish();
   INFO("B owned cores for " << b_ms << " ms of " << wall_ms << " ms (" << gap_b.turns.load() << " turns, longest gap "
-                            << gap_b.max_us.load() << " us)");
+                            << gap_b.max_us.load() << " us, window " << windows << " of up to 3)");
   CHECK(b_ms > 0.2 * wall_ms);
   CHECK_ISOLATED(h);
 }
