@@ -31,4 +31,4 @@ configure_file(${PROJECT_SOURCE_DIR}/cmake/coresched.pc.in ${PROJECT_BINARY_DIR}
 install(FILES ${PROJECT_BINARY_DIR}/coresched.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
 # The gdb extension (`source <prefix>/share/coresched/gdb/coresched.py`; see the README).
-install(FILES ${PROJECT_SOURCE_DIR}/tools/gdb/coresched.py DESTINATION ${CMAKE_INSTALL_DATADIR}/coresched/gdb)
+install(FILES ${PROJECT_SOURCE_DIR}/tools/gdb/coresched.py ${PROJECT_SOURCE_DIR}/tools/gdb/coresched_gdb_snapshot.py DESTINATION ${CMAKE_INSTALL_DATADIR}/coresched/gdb)
