@@ -2,7 +2,7 @@
 """gdb commands for coresched fibers, on a live process or a core file.
 
 Load it with `source /path/to/coresched.py` (or from ~/.gdbinit, or gdb's auto-load:
-see docs/gdb-readme-draft.md). It adds:
+see the README, "Fibers in gdb"). It adds:
 
   info fibers            every started fiber of every runtime: id, cookie, state, worker,
                          what a parked fiber waits for, and for how long (live process)
