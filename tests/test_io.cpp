@@ -81,11 +81,18 @@ TEST_CASE("loopback echo: 1,000 concurrent connections, every byte checked", "[i
   sockaddr_in addr{};
   const int lfd = listen_loopback(addr);
   std::atomic<int> served{0};
+  std::atomic<int> accept_error{0};
   auto server = rt.spawn([&] {
     std::vector<JoinHandle<void>> conns;
     for (int i = 0; i < clients; ++i) {
       auto a = io::accept(lfd);
-      REQUIRE(a.ok());
+      if (!a.ok()) {
+        // (Not a REQUIRE: the clients not yet accepted would wait for their
+        // echo for ever. Shutting the listener down resets their connections.)
+        accept_error = a.error.value() ? a.error.value() : -1;
+        ::shutdown(lfd, SHUT_RDWR);
+        break;
+      }
       const int cfd = static_cast<int>(a.value);
       conns.push_back(coresched::spawn([cfd, &served] {
         std::vector<unsigned char> buf(1024);
@@ -122,6 +129,7 @@ TEST_CASE("loopback echo: 1,000 concurrent connections, every byte checked", "[i
   for (auto& c : cs) c.join();
   server.join();
   ::close(lfd);
+  CHECK(accept_error.load() == 0);
   CHECK(ok.load() == clients);
   CHECK(served.load() == clients);
   CHECK(clients >= 1000);
