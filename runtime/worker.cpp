@@ -154,13 +154,8 @@ void Worker::begin_run(Fiber* f) {
   publish_vtime(f);
   f->last_worker = index_;
   running_id.store(f->id, std::memory_order_relaxed);
-  if (!seg_open_ || f->cookie != seg_cookie_) {
-    const std::uint64_t now = now_ns();
-    close_segment(now);
-    seg_open_ = true;
-    seg_cookie_ = f->cookie;
-    seg_start_ = now;
-  }
+  if (!seg_open_ || f->cookie != seg_cookie_) [[unlikely]]
+    open_segment(f->cookie);
   ++seg_runs_;
   if (trace_) [[unlikely]]
     trace_run(f);
@@ -547,6 +542,17 @@ void Worker::park(const WaitInfo& why) {
 }
 
 // ---------------------------------------------------------------- accounting
+
+// Out of line: a run of another cookie than the last is rare on the paths
+// that switch most (yield, spawn and join within one cookie), and its clock
+// read and call would cost every switch a heavier frame.
+__attribute__((noinline)) void Worker::open_segment(std::uint64_t cookie) {
+  const std::uint64_t now = now_ns();
+  close_segment(now);
+  seg_open_ = true;
+  seg_cookie_ = cookie;
+  seg_start_ = now;
+}
 
 void Worker::close_segment(std::uint64_t now) {
   if (!seg_open_) return;

@@ -272,6 +272,7 @@ private:
   Pick pick();
   [[noreturn]] static void fiber_main(ctx::transfer_t t);
   [[noreturn]] static void fiber_loop();
+  void open_segment(std::uint64_t cookie);
   void close_segment(std::uint64_t now);
   void trace_run(const Fiber* f) noexcept;
   void enter_forced_idle(const Pick& p);
