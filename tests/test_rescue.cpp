@@ -253,8 +253,9 @@ TEST_CASE("a fiber of another cookie queued on a forced-idle sibling of a stuck 
   BusyCore1 busy(rt, b);
   // C parks on PU 1. PU 0 shares core 0's queue, so while it idles it may
   // take C first: a fiber of B pinned there spins without a preemption point
-  // until C has parked (in CI under ASan, with PU 0 idle, C parked on PU 0 in
-  // all of 50 tries). Where C parks is still up to the runtime (a thief on
+  // until C has parked (in CI under ASan, with PU 0 idle, C parked elsewhere
+  // in all of 50 tries; the failure did not say where, and an idle PU 0 is
+  // the likely taker). Where C parks is still up to the runtime (a thief on
   // core 1 may take it), so the set-up is tried until it parks on PU 1.
   Semaphore go;
   std::atomic<unsigned> parked_on{~0u}, ran_on{~0u};
