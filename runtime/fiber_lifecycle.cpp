@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <climits>
+#include <cstdint>
 #include <new>
 
 namespace coresched::detail {
@@ -33,7 +34,7 @@ namespace coresched::detail {
 // that happened to be switching out.
 bool Worker::give_stack(Fiber* f) noexcept {
   try {
-    f->stack = stacks_.get(f->stack_size);
+    f->stack = stacks_.get(mapped_stack_bytes(f->stack_size));
   } catch (const std::bad_alloc&) {
     stack_starved_ = true;
     return false;
@@ -52,7 +53,7 @@ void Worker::wait_for_stack(Fiber* f) {
   if (now - last > 1'000'000'000 && last_warning.compare_exchange_strong(last, now))
     log().warn("no memory for the {} KiB stack of fiber {} (mmap failed; each started fiber holds two mappings, "
                "see vm.max_map_count): it waits until other fibers finish",
-               f->stack_size / 1024, f->id);
+               mapped_stack_bytes(f->stack_size) / 1024, f->id);
   core_.lock().lock();
   core_.requeue_locked(sibling_, f);
   core_.lock().unlock();
@@ -117,7 +118,7 @@ void Worker::fiber_loop() {
     Worker* w = Worker::current(); // the fiber may have migrated
     const Pick p = w->pick();
     Fiber* next = p.kind == Pick::Kind::run ? p.fiber : &w->idle_ctx_;
-    if (next->fresh && next->stack_size == f->stack.size) {
+    if (next->fresh && mapped_stack_bytes(next->stack_size) == f->stack.size) {
       next->fresh = false;
       next->stack = std::exchange(f->stack, Stack{});
       next->stack.header()->running.store(next, std::memory_order_release);
@@ -139,12 +140,35 @@ void Worker::fiber_loop() {
 
 // A child runs inline on its joiner's frame only where nothing observable
 // differs from running it on its own: the same cookie (the PU already
-// publishes it), no more stack than the joiner's (it shares that stack), its
+// publishes it), at least the stack it asked for left below the joiner's
+// frame (it runs there; mapped_stack_bytes says why there usually is), its
 // own exception state and errno (run_inline swaps them), and the joiner's pin (if the child blocks, the joiner's frame goes wherever the
 // child resumes). An unpinned child of a pinned joiner is pinned with it for
-// that run: it may run anywhere, so here is fine.
+// that run: it may run anywhere, so here is fine. The room is measured here,
+// on the joiner's stack (an inline child's `stack` is the one it borrowed),
+// less kInlineSlack for the frames between this one and the child's body.
+// Comparing the child's ask with the joiner's whole stack, as until session
+// 34, let a chain of inline joins overflow stacks that each fitted its ask.
+namespace {
+// The stack pointer: one instruction, where __builtin_frame_address would
+// make the caller set up a frame pointer.
+inline std::uintptr_t stack_pointer() noexcept {
+#if defined(__x86_64__)
+  std::uintptr_t sp;
+  asm("mov %%rsp, %0" : "=r"(sp));
+  return sp;
+#else
+  return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+#endif
+}
+} // namespace
+
 bool Worker::may_run_inline(const Fiber* parent, const Fiber* child) const noexcept {
-  return child->cookie == parent->cookie && child->stack_size <= parent->stack.size &&
+  constexpr std::uintptr_t kInlineSlack = 1024;
+  const std::uintptr_t here = stack_pointer();
+  const auto base = reinterpret_cast<std::uintptr_t>(parent->stack.base);
+  // No overflow: addresses are below 2^48 and an ask at most kMaxStackBytes.
+  return child->cookie == parent->cookie && base + child->stack_size + kInlineSlack <= here &&
          (child->pinned == kNotPinned || child->pinned == parent->pinned);
 }
 

@@ -20,14 +20,23 @@ std::size_t round_to_pages(std::size_t n) {
   const std::size_t ps = page_size();
   return (n + ps - 1) / ps * ps;
 }
+
+// A stack size as asked (Options or SpawnOptions), checked and in whole pages.
+std::size_t checked_stack_size(std::size_t asked, const char* what) {
+  if (asked == 0) throw UsageError(std::string("coresched: ") + what + " must not be zero");
+  if (asked > kMaxStackBytes)
+    throw UsageError(std::string("coresched: ") + what + " of " + std::to_string(asked) +
+                     " bytes is more than the largest stack a fiber may ask for (1 GiB)");
+  return round_to_pages(asked);
+}
 } // namespace
 
 Scheduler::Scheduler(Options options, Runtime* owner)
     : options_(std::move(options)), owner_(owner), topology_(Topology::discover(options_.topology)),
-      shared_stacks_(round_to_pages(options_.stack_size ? options_.stack_size : 1)) {
+      shared_stacks_(mapped_stack_bytes(round_to_pages(std::clamp<std::size_t>(options_.stack_size, 1, kMaxStackBytes)))) {
   set_log_level(options_.log_level);
   install_overflow_handler();
-  if (options_.stack_size == 0) throw UsageError("coresched: Options::stack_size must not be zero");
+  default_stack_ = checked_stack_size(options_.stack_size, "Options::stack_size");
   if (options_.slice.count() <= 0) throw UsageError("coresched: Options::slice must be positive");
   if (options_.stall_threshold.count() < 0)
     throw UsageError("coresched: Options::stall_threshold must not be negative (zero disables stall reports)");
@@ -42,7 +51,6 @@ Scheduler::Scheduler(Options options, Runtime* owner)
   wake_affine_ = options_.wake_affine;
   slice_ns_ = static_cast<std::uint64_t>(std::chrono::nanoseconds(options_.slice).count());
   options_.topology = topology_.spec();
-  default_stack_ = round_to_pages(options_.stack_size);
   trace_ = Trace::from_options(options_.trace_path, topology_.pus().size());
   const CoreConfig cfg{options_.policy,
                        static_cast<std::uint64_t>(std::chrono::nanoseconds(options_.slice).count()) / 2};
@@ -116,7 +124,7 @@ void check_cookie(std::uint64_t value) {
 
 Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t align,
                        void (*construct)(void*, void*), void* arg) {
-  if (opts.stack_size && *opts.stack_size == 0) throw UsageError("coresched: a fiber's stack size must not be zero");
+  const std::size_t stack_size = opts.stack_size ? checked_stack_size(*opts.stack_size, "a fiber's stack size") : default_stack_;
   if (opts.cookie) check_cookie(opts.cookie->value());
   if (opts.pin_to_pu && *opts.pin_to_pu >= workers_.size())
     throw UsageError("coresched: pin_to_pu " + std::to_string(*opts.pin_to_pu) + " is out of range (" +
@@ -147,7 +155,6 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
   // written once (a call between two stores keeps the first).
   const std::uint64_t id = mine ? here->new_fiber_id() : new_fiber_ids(1);
   const std::uint64_t cookie = opts.cookie ? opts.cookie->value() : local ? here->running()->cookie : 0;
-  const std::size_t stack_size = opts.stack_size ? round_to_pages(*opts.stack_size) : default_stack_;
   // Two blocks: the scheduling record, freed when the fiber retires, and the
   // join record with the task, which a handle keeps (join_record.hpp says why).
   void* fmem = mine ? here->records().get() : ::operator new(kRecordBytes);

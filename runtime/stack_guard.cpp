@@ -80,8 +80,11 @@ void on_fault(int sig, siginfo_t* info, void* uctx) {
   const auto sp = static_cast<std::uintptr_t>(static_cast<ucontext_t*>(uctx)->uc_mcontext.gregs[REG_RSP]);
   if (f && f->is_task && is_overflow(*f, addr, sp)) {
     SignalText text;
+    // The size it asked for, and what was mapped (twice that, or its inline
+    // joiner's stack: mapped_stack_bytes).
     text << "coresched: fiber " << f->id << " (cookie " << f->cookie << ") overflowed its "
-         << static_cast<std::uint64_t>(f->stack.size / 1024) << " KiB stack on worker "
+         << static_cast<std::uint64_t>(f->stack_size / 1024) << " KiB stack ("
+         << static_cast<std::uint64_t>(f->stack.size / 1024) << " KiB mapped) on worker "
          << static_cast<std::uint64_t>(w->index()) << "; give it more with SpawnOptions::stack_size\n";
     text.write_stderr();
     std::abort();

@@ -34,6 +34,22 @@ namespace testing {
 extern std::atomic<int> fail_stack_allocations;
 } // namespace testing
 
+/// The bytes mapped for a fiber that asked for `asked` (whole pages): twice
+/// that. A join runs a child that has not started inline, on the joiner's
+/// stack below the joiner's frame, only where at least the child's own ask is
+/// left there (Worker::may_run_inline); the second half is that room, so a
+/// joiner that has used less than its own ask can still run an equal child
+/// inline. With the ask alone mapped, a joiner's frames and its inline
+/// children's added up and overflowed stacks that each fitted its own ask
+/// (helper-19: 40 KiB used by each of a 64 KiB joiner and child, every run
+/// on one PU). MAP_NORESERVE: a page that no frame reaches costs address
+/// space, not memory.
+inline constexpr std::size_t mapped_stack_bytes(std::size_t asked) noexcept { return 2 * asked; }
+/// The largest stack a fiber may ask for (Options and SpawnOptions::stack_size).
+/// Larger asks are refused: rounding SIZE_MAX up to pages wrapped to 0, and a
+/// size no mmap can ever give left the fiber waiting for a stack for ever.
+inline constexpr std::size_t kMaxStackBytes = std::size_t{1} << 30;
+
 /// Allocates a stack with a PROT_NONE guard page below it. Throws std::bad_alloc.
 Stack allocate_stack(std::size_t usable);
 /// Unmaps a stack made by allocate_stack.

@@ -14,24 +14,37 @@
 namespace coresched {
 
 namespace {
-// Adds `delta` to `count`; throws `error` (leaving the count alone) if it would go negative.
+// `c + delta`, or throws (`error` if negative; a count past the type's range
+// is refused too: the sum overflowed, and read as negative).
+template <class C> C checked_sum(C c, C delta, const char* error) {
+  C sum;
+  if (__builtin_add_overflow(c, delta, &sum)) throw UsageError("coresched: count would overflow");
+  if (sum < 0) throw UsageError(error);
+  return sum;
+}
+
+// Adds `delta` to `count`; throws (leaving the count alone) if it would go
+// negative (`error`) or overflow.
 template <class C> void step(std::atomic<C>& count, C delta, detail::SyncLock& lk, detail::WaitQueue& q,
                              const char* error) {
   C c = count.load(std::memory_order_relaxed);
   for (;;) {
-    if (c + delta < 0) throw UsageError(error);
-    if (c + delta == 0) break;
-    if (count.compare_exchange_weak(c, c + delta, std::memory_order_acq_rel, std::memory_order_relaxed)) return;
+    const C sum = checked_sum(c, delta, error);
+    if (sum == 0) break;
+    if (count.compare_exchange_weak(c, sum, std::memory_order_acq_rel, std::memory_order_relaxed)) return;
   }
   lk.lock();
   c = count.load(std::memory_order_relaxed);
+  C sum;
   do {
-    if (c + delta < 0) {
+    try {
+      sum = checked_sum(c, delta, error);
+    } catch (...) {
       lk.unlock();
-      throw UsageError(error);
+      throw;
     }
-  } while (!count.compare_exchange_weak(c, c + delta, std::memory_order_acq_rel, std::memory_order_relaxed));
-  detail::Waiter* all = c + delta == 0 ? q.pop_all() : nullptr;
+  } while (!count.compare_exchange_weak(c, sum, std::memory_order_acq_rel, std::memory_order_relaxed));
+  detail::Waiter* all = sum == 0 ? q.pop_all() : nullptr;
   lk.unlock();
   detail::WaitQueue::wake_all(all);
 }

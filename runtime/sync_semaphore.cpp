@@ -5,6 +5,8 @@
 
 #include <coresched/sync.hpp>
 
+#include <cstdint>
+
 namespace coresched {
 
 Semaphore::Semaphore(std::ptrdiff_t initial) : count_(initial) {
@@ -25,6 +27,11 @@ void Semaphore::release(std::ptrdiff_t n) {
   if (n < 0) throw UsageError("coresched: Semaphore::release with a negative count");
   if (n == 0) return;
   lk_.lock();
+  // Only a release (under this lock) adds to the count; a take lowers it.
+  if (n > PTRDIFF_MAX - count_.load(std::memory_order_relaxed)) {
+    lk_.unlock();
+    throw UsageError("coresched: Semaphore::release would overflow the count");
+  }
   detail::Waiter* first = nullptr;
   detail::Waiter* last = nullptr;
   while (n > 0) {

@@ -61,7 +61,13 @@ void sleep_until(std::chrono::steady_clock::time_point t) {
   (void)io::sleep_until(t); // returns early only when the runtime shuts down
 }
 
-void sleep_for(std::chrono::nanoseconds d) { sleep_until(std::chrono::steady_clock::now() + d); }
+// Saturated: now() + nanoseconds::max() overflowed into the past, and the
+// longest sleep returned at once.
+void sleep_for(std::chrono::nanoseconds d) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point now = Clock::now();
+  sleep_until(d > Clock::time_point::max() - now ? Clock::time_point::max() : now + d);
+}
 
 std::uint64_t id() noexcept {
   detail::Worker* w = detail::Worker::current();

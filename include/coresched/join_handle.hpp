@@ -31,7 +31,9 @@ struct SpawnOptions {
   /// (untagged when spawned from a plain thread).
   std::optional<Cookie> cookie;
   /// Usable stack size in bytes, rounded up to whole pages (a guard page comes
-  /// on top); unset means Options::stack_size. Zero is a UsageError.
+  /// on top); unset means Options::stack_size. The fiber may use this much
+  /// (twice it is mapped, so that a join can run a child inline below its
+  /// frames). Zero or more than 1 GiB is a UsageError.
   std::optional<std::size_t> stack_size;
   /// Pin the fiber to one PU (Topology::pus() index): it never migrates.
   /// An index past the last PU is a UsageError.

@@ -56,7 +56,8 @@ struct Options {
   std::chrono::milliseconds stall_threshold{25};
 
   /// Usable stack size in bytes for fibers that do not name one in
-  /// SpawnOptions; rounded up to whole pages. Zero is a UsageError.
+  /// SpawnOptions; rounded up to whole pages (twice it is mapped: see
+  /// SpawnOptions::stack_size). Zero or more than 1 GiB is a UsageError.
   std::size_t stack_size = default_stack_size;
 
   /// Also tag the runtime's threads with one kernel core-scheduling cookie

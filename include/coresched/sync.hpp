@@ -209,7 +209,8 @@ public:
     return false;
   }
   /// Adds `n` units (>= 0), waking up to `n` waiters.
-  /// @throws UsageError if `n` is negative.
+  /// @throws UsageError if `n` is negative, or if the count would pass
+  /// PTRDIFF_MAX (the count is left unchanged).
   void release(std::ptrdiff_t n = 1);
   /// The units available now (a snapshot).
   std::ptrdiff_t available() const noexcept { return count_.load(std::memory_order_relaxed); }
@@ -238,7 +239,8 @@ public:
   WaitGroup& operator=(const WaitGroup&) = delete;
 
   /// Adds `delta` (may be negative) to the count; at zero every waiter is released.
-  /// @throws UsageError if the count would become negative (the count is left unchanged).
+  /// @throws UsageError if the count would become negative or pass INT64_MAX
+  /// (the count is left unchanged).
   void add(std::int64_t delta = 1);
   /// Subtracts one from the count.
   /// @throws UsageError if the count is already zero.

@@ -101,11 +101,12 @@ private:
       static constexpr std::size_t kStacks[] = {32 * 1024, 128 * 1024, 256 * 1024, 512 * 1024};
       f.stack = kStacks[rng_.below(4)];
     }
-    // A quarter of its stack at most (and 200 KiB), so that nested inline
-    // joins and the body's own frames fit. A big stack is mostly used for
-    // real: joined inline on a smaller one, that overflows.
+    // Half of its stack at most (and 200 KiB), the rest for the body's own
+    // frames. Each fiber is owed its whole ask wherever it runs, inline below
+    // a joiner's frames too (until session 34 a child joined inline could
+    // get less, and programs here used a quarter).
     const std::size_t size = f.stack.value_or(coresched::default_stack_size);
-    const std::size_t room = std::min<std::size_t>(size / 4, 200 * 1024);
+    const std::size_t room = std::min<std::size_t>(size / 2, 200 * 1024);
     if (size >= 128 * 1024 && rng_.chance(60)) f.stack_use = room;
     else if (size >= 64 * 1024 && rng_.chance(30)) f.stack_use = room / 2;
     const bool detached = join == JoinMode::detach_option || join == JoinMode::detach_call;

@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+// Edge values a caller may pass (stack sizes, counts, sleeps) and stacks
+// shared by inline joins: what helper-19's probes of the public API broke in
+// session 34. Each case failed on the code before its fix (the closing note
+// of issue 13 says how each was checked).
+#include "test_support.hpp"
+
+#include <coresched/coresched.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <thread>
+
+using namespace coresched;
+using namespace std::chrono_literals;
+using test_support::topo;
+
+namespace {
+// Holds `Bytes` of its own stack (touched page by page from the top) while
+// `fn` runs below it, as a joiner deep in its own frames would.
+template <std::size_t Bytes, class Fn> [[gnu::noinline]] int holding(Fn fn) {
+  volatile char big[Bytes];
+  for (std::size_t i = sizeof(big); i >= 1024; i -= 1024) big[i - 1] = 1;
+  big[0] = 1;
+  return big[0] + fn();
+}
+
+// A chain of fibers, each holding 12 KiB while it joins the next.
+int chain(int depth) {
+  if (depth == 0) return 0;
+  return holding<12 * 1024>([depth] { return spawn([depth] { return chain(depth - 1); }).join(); });
+}
+} // namespace
+
+// An inline join compared the child's ask with the joiner's whole stack, not
+// with what the joiner's frames had left. A 64 KiB joiner holding 40 KiB ran a
+// 64 KiB child needing 40 KiB inline below it and overflowed (every run, on
+// one PU); a chain of joiners holding 12 KiB each overflowed at its fifth
+// inline level. Each asks for the default and would fit on a stack of its own.
+// Without the fix the process aborts (stack overflow).
+TEST_CASE("a child joined inline below a busy joiner still gets the stack it asked for", "[limits][stack]") {
+  Runtime rt(topo("core:1 pu:1"));
+  const int pair = rt.spawn([] {
+    return holding<40 * 1024>([] { return spawn([] { return holding<40 * 1024>([] { return 0; }); }).join(); });
+  }).join();
+  CHECK(pair == 2);
+  CHECK(rt.spawn([] { return chain(12); }).join() == 12);
+}
+
+// SIZE_MAX rounded up to whole pages wrapped to 0, and the first fiber wrote
+// its stack header into a guard page (SIGSEGV); 128 TiB could never be
+// mapped, and its fiber waited for a stack for ever, with its joiner.
+TEST_CASE("a stack size no fiber can have is refused at once", "[limits][stack]") {
+  Runtime rt(topo("core:1 pu:1"));
+  for (std::size_t bad : {SIZE_MAX, SIZE_MAX - 4095, std::size_t{1} << 47, (std::size_t{1} << 30) + 1})
+    CHECK_THROWS_WITH(rt.spawn([] {}, SpawnOptions{.stack_size = bad}), Catch::Contains("largest stack"));
+  CHECK(rt.spawn([] { return 1; }, SpawnOptions{.stack_size = std::size_t{16} << 20}).join() == 1);
+  Options o = topo("core:1 pu:1");
+  o.stack_size = SIZE_MAX;
+  CHECK_THROWS_WITH(Runtime(o), Catch::Contains("largest stack"));
+}
+
+// now() + nanoseconds::max() overflowed into the past: the longest sleep
+// returned at once. It now ends only with the runtime's shutdown.
+TEST_CASE("the longest sleep does not return early", "[limits][sleep]") {
+  Runtime rt(topo("core:1 pu:1"));
+  std::atomic<bool> shutting{false};
+  std::atomic<bool> woke_before_shutdown{false};
+  auto sleeper = rt.spawn([&] {
+    this_fiber::sleep_for(std::chrono::nanoseconds::max());
+    woke_before_shutdown.store(!shutting.load());
+  });
+  std::this_thread::sleep_for(100ms);
+  shutting.store(true);
+  rt.shutdown();
+  sleeper.join();
+  CHECK_FALSE(woke_before_shutdown.load());
+}
+
+// Semaphore::release added past PTRDIFF_MAX (available() then read -2), and a
+// WaitGroup's overflowing add was refused as "would become negative".
+TEST_CASE("counts that would overflow are refused and left as they were", "[limits][sync]") {
+  Semaphore sem(PTRDIFF_MAX - 1);
+  sem.release(1);
+  CHECK_THROWS_WITH(sem.release(1), Catch::Contains("overflow"));
+  CHECK(sem.available() == PTRDIFF_MAX);
+  CHECK(sem.try_acquire());
+  CHECK(sem.available() == PTRDIFF_MAX - 1);
+
+  WaitGroup wg;
+  wg.add(INT64_MAX);
+  CHECK_THROWS_WITH(wg.add(1), Catch::Contains("overflow"));
+  CHECK(wg.count() == INT64_MAX);
+  CHECK_THROWS_WITH(wg.add(INT64_MIN), Catch::Contains("negative"));
+  wg.add(-INT64_MAX);
+  CHECK(wg.count() == 0);
+}
