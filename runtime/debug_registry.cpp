@@ -76,8 +76,9 @@ void install(int sig) {
 int parse_signal(const std::string& text) {
   if (text.empty()) return 0;
   char* end = nullptr;
+  errno = 0;
   const long v = std::strtol(text.c_str(), &end, 10);
-  if (end && *end == '\0') return static_cast<int>(v);
+  if (end && *end == '\0') return errno == ERANGE || v < 0 || v >= NSIG ? -1 : static_cast<int>(v); // 2^32 + 10 was 10
   std::string name = text.rfind("SIG", 0) == 0 ? text.substr(3) : text;
   for (int s = 1; s < NSIG; ++s)
     if (const char* abbrev = sigabbrev_np(s); abbrev && name == abbrev) return s;
@@ -95,7 +96,9 @@ int resolve_dump_signal(int option) {
     sig = parse_signal(env);
     from = std::string("CORESCHED_DUMP_SIGNAL=") + env;
   }
-  if (sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP)
+  // Between the last standard signal and SIGRTMIN, glibc keeps signals for
+  // itself (threads' cancellation and setxid): sigaction refuses them.
+  if (sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP || (sig > SIGSYS && sig < SIGRTMIN))
     throw UsageError("coresched: " + from + " is not a signal that can be caught (use e.g. SIGUSR2)");
   // A fault's handler must stay the fault's: taken for dumps, SIGSEGV lost
   // the stack overflow report (the program died of a plain SIGSEGV), and a

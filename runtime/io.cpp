@@ -9,7 +9,9 @@
 #include <coresched/io.hpp>
 #include <coresched/join_handle.hpp>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <immintrin.h>
 #include <poll.h>
 #include <unistd.h>
@@ -33,6 +35,13 @@ struct CancellationAccess {
     }
     unlock(c);
     return ok;
+  }
+  // Whether an operation is registered now (the handle serves one at a time).
+  static bool in_use(const Cancellation& c) noexcept {
+    lock(c);
+    const bool v = c.op_ != nullptr;
+    unlock(c);
+    return v;
   }
   static void detach(Cancellation& c) noexcept {
     lock(c);
@@ -82,6 +91,13 @@ Result to_result(const detail::IoOp& op) {
 // `why` is what a fiber dump reports it waits for.
 template <class Prep> Result run(const detail::WaitInfo& why, const OpOptions& o, Prep prep) {
   detail::Worker& w = require_fiber(why.what);
+  // A second operation took the handle over, and cancel() then reached only
+  // it: the first ran to its timeout, or for ever (helper-20). Checked
+  // before anything is queued; two calls that start at the same instant on
+  // two workers can still both pass.
+  if (o.cancel && CancellationAccess::in_use(*o.cancel))
+    throw UsageError(std::string("coresched: io::") + why.what +
+                     ": its Cancellation is in use by another operation in flight (one at a time)");
   detail::IoRing& ring = w.ring();
   detail::IoOp op;
   op.fiber = w.running();
@@ -121,39 +137,50 @@ template <class Prep> Result run(const char* what, std::int64_t fd, const OpOpti
   return run({.kind = detail::WaitKind::io, .what = what, .arg = fd}, o, prep);
 }
 
+// A transfer's length as the kernel takes it: at most MAX_RW_COUNT (INT_MAX
+// rounded down to a page), the most one read(2) or send(2) moves anyway, so
+// a larger buffer gets a short count, as from the system call. Cast
+// straight to the SQE's 32-bit length, 4 GiB + 5 bytes went as 5 and 4 GiB
+// as 0 (helper-20): a write-everything loop never got on.
+unsigned transfer_len(std::size_t n) noexcept { return static_cast<unsigned>(std::min<std::size_t>(n, 0x7ffff000)); }
+
+// An iovec count: more than IOV_MAX fails in the kernel (EINVAL); cast to 32
+// bits, 2^32 + 1 vectors would have gone as one.
+unsigned iov_count(std::size_t n) noexcept { return static_cast<unsigned>(std::min<std::size_t>(n, std::size_t{IOV_MAX} + 1)); }
+
 } // namespace
 
 Result read(int fd, std::span<std::byte> buf, std::int64_t offset, OpOptions o) {
   return run("read", fd, o, [&](io_uring_sqe* s) {
-    io_uring_prep_read(s, fd, buf.data(), static_cast<unsigned>(buf.size()), static_cast<__u64>(offset));
+    io_uring_prep_read(s, fd, buf.data(), transfer_len(buf.size()), static_cast<__u64>(offset));
   });
 }
 
 Result write(int fd, std::span<const std::byte> buf, std::int64_t offset, OpOptions o) {
   return run("write", fd, o, [&](io_uring_sqe* s) {
-    io_uring_prep_write(s, fd, buf.data(), static_cast<unsigned>(buf.size()), static_cast<__u64>(offset));
+    io_uring_prep_write(s, fd, buf.data(), transfer_len(buf.size()), static_cast<__u64>(offset));
   });
 }
 
 Result readv(int fd, std::span<const iovec> iov, std::int64_t offset, OpOptions o) {
   return run("readv", fd, o, [&](io_uring_sqe* s) {
-    io_uring_prep_readv(s, fd, iov.data(), static_cast<unsigned>(iov.size()), static_cast<__u64>(offset));
+    io_uring_prep_readv(s, fd, iov.data(), iov_count(iov.size()), static_cast<__u64>(offset));
   });
 }
 
 Result writev(int fd, std::span<const iovec> iov, std::int64_t offset, OpOptions o) {
   return run("writev", fd, o, [&](io_uring_sqe* s) {
-    io_uring_prep_writev(s, fd, iov.data(), static_cast<unsigned>(iov.size()), static_cast<__u64>(offset));
+    io_uring_prep_writev(s, fd, iov.data(), iov_count(iov.size()), static_cast<__u64>(offset));
   });
 }
 
 Result recv(int fd, std::span<std::byte> buf, int flags, OpOptions o) {
-  return run("recv", fd, o, [&](io_uring_sqe* s) { io_uring_prep_recv(s, fd, buf.data(), buf.size(), flags); });
+  return run("recv", fd, o, [&](io_uring_sqe* s) { io_uring_prep_recv(s, fd, buf.data(), transfer_len(buf.size()), flags); });
 }
 
 Result send(int fd, std::span<const std::byte> buf, int flags, OpOptions o) {
   return run("send", fd, o,
-             [&](io_uring_sqe* s) { io_uring_prep_send(s, fd, buf.data(), buf.size(), flags | MSG_NOSIGNAL); });
+             [&](io_uring_sqe* s) { io_uring_prep_send(s, fd, buf.data(), transfer_len(buf.size()), flags | MSG_NOSIGNAL); });
 }
 
 Result accept(int fd, sockaddr* addr, socklen_t* addrlen, OpOptions o) {

@@ -40,6 +40,12 @@ Scheduler::Scheduler(Options options, Runtime* owner)
   if (options_.slice.count() <= 0) throw UsageError("coresched: Options::slice must be positive");
   if (options_.stall_threshold.count() < 0)
     throw UsageError("coresched: Options::stall_threshold must not be negative (zero disables stall reports)");
+  // Both become nanoseconds and are added to clock readings: microseconds::max()
+  // overflowed there, and a slice meant as "never" ticked every 90 us.
+  constexpr auto kDay = std::chrono::hours(24);
+  if (options_.slice > kDay) throw UsageError("coresched: Options::slice must be at most 24 hours");
+  if (options_.stall_threshold > kDay)
+    throw UsageError("coresched: Options::stall_threshold must be at most 24 hours (zero disables stall reports)");
   stall_ns_ = static_cast<std::uint64_t>(std::chrono::nanoseconds(options_.stall_threshold).count());
   handover_spin_ = options_.handover_spin;
   if (const char* env = std::getenv("CORESCHED_HANDOVER_SPIN")) handover_spin_ = handover_spin_ || std::string(env) == "1";

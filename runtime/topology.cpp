@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <sched.h>
 #include <sstream>
+#include <string>
 
 namespace coresched {
 namespace {
@@ -64,7 +66,38 @@ struct TopologyBuilder {
   static void fill(Topology& t, hwloc_topology_t topo, const std::vector<unsigned>& allowed);
 };
 
+namespace {
+// The PUs a synthetic description makes: the product of its arities (the
+// numbers after "type:" or alone; attributes in parentheses left out),
+// saturated. A bound is checked before hwloc sees it: hwloc's load grows
+// with the square of the objects ("core:100000 pu:100000" was still loading
+// after a minute, "core:2048 pu:2" took 14 s and started 4,096 workers).
+std::uint64_t synthetic_pus(const std::string& spec) {
+  std::string plain;
+  int depth = 0;
+  for (char c : spec) {
+    if (c == '(') ++depth;
+    else if (c == ')') depth = std::max(0, depth - 1);
+    else if (depth == 0) plain += c;
+  }
+  std::istringstream words(plain);
+  std::uint64_t pus = 1;
+  for (std::string w; words >> w;) {
+    const std::string n = w.substr(w.rfind(':') == std::string::npos ? 0 : w.rfind(':') + 1);
+    if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::uint64_t k = n.size() > 9 ? 1'000'000'000 : std::stoull(n);
+    pus = std::min<std::uint64_t>(pus * std::max<std::uint64_t>(k, 1), 1'000'000'000);
+  }
+  return pus;
+}
+constexpr std::uint64_t kMaxSyntheticPus = 1024;
+} // namespace
+
 void TopologyBuilder::load(Topology& t, detail::HwlocHandle& h) {
+  if (t.source_ == Topology::Source::synthetic && synthetic_pus(t.spec_) > kMaxSyntheticPus)
+    throw TopologyError("coresched: synthetic topology "" + t.spec_ + "" has " +
+                        std::to_string(synthetic_pus(t.spec_)) + " PUs or more; at most " +
+                        std::to_string(kMaxSyntheticPus) + " (one worker thread each)");
   if (hwloc_topology_init(&h.topo) != 0) throw TopologyError("coresched: hwloc_topology_init failed");
   if (t.source_ == Topology::Source::synthetic) {
     if (hwloc_topology_set_synthetic(h.topo, t.spec_.c_str()) != 0)

@@ -21,10 +21,15 @@ constexpr std::size_t kDefaultCapacity = 65536;
 std::size_t capacity_from_env() {
   const char* s = std::getenv("CORESCHED_TRACE_EVENTS");
   if (!s || !*s) return kDefaultCapacity;
+  // At most 2^24 events a worker (a few hundred MiB of buffers): strtoull
+  // takes "-1" as 2^64 - 1, and such counts ended in std::length_error or
+  // std::bad_alloc at the buffers' reserve instead of this message.
+  constexpr unsigned long long kMax = 1ULL << 24;
   char* end = nullptr;
+  errno = 0;
   const unsigned long long n = std::strtoull(s, &end, 10);
-  if (*end != '\0' || n == 0)
-    throw UsageError(fmt::format("CORESCHED_TRACE_EVENTS='{}': expected a positive count", s));
+  if (*end != '\0' || n == 0 || n > kMax || errno == ERANGE || std::strchr(s, '-'))
+    throw UsageError(fmt::format("CORESCHED_TRACE_EVENTS='{}': expected a count from 1 to {}", s, kMax));
   return static_cast<std::size_t>(n);
 }
 

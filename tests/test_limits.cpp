@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Edge values a caller may pass (stack sizes, counts, sleeps) and stacks
+// Edge values a caller may pass (stack sizes, counts, sleeps, I/O lengths,
+// options and environment) and stacks
 // shared by inline joins: what helper-19's probes of the public API broke in
-// session 34. Each case failed on the code before its fix (the closing note
+// session 34 (and helper-20's, of settings and I/O). Each case failed on the code before its fix (the closing note
 // of issue 13 says how each was checked).
 #include "test_support.hpp"
 
@@ -13,7 +14,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <thread>
+#include <unistd.h>
 
 using namespace coresched;
 using namespace std::chrono_literals;
@@ -98,4 +102,71 @@ TEST_CASE("counts that would overflow are refused and left as they were", "[limi
   CHECK_THROWS_WITH(wg.add(INT64_MIN), Catch::Contains("negative"));
   wg.add(-INT64_MAX);
   CHECK(wg.count() == 0);
+}
+
+// helper-20's probes of the same kind.
+TEST_CASE("a transfer past 4 GiB is a short count, not its length cut to 32 bits", "[limits][io]") {
+  // 4 GiB + 5 bytes of address space that /dev/null's write never reads.
+  const std::size_t len = (std::size_t{4} << 30) + 5;
+  void* p = mmap(nullptr, len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  REQUIRE(p != MAP_FAILED);
+  const int fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  Runtime rt(topo("core:1 pu:1"));
+  const io::Result r = rt.spawn([&] { return io::write(fd, {static_cast<const std::byte*>(p), len}); }).join();
+  ::close(fd);
+  munmap(p, len);
+  CHECK(r.ok());
+  CHECK(r.value == 0x7ffff000); // as write(2) itself gives (MAX_RW_COUNT); it was 5
+}
+
+TEST_CASE("settings out of range are refused with a message", "[limits][options]") {
+  auto refused = [](auto change) {
+    Options o = topo("core:1 pu:1");
+    change(o);
+    CHECK_THROWS_AS(Runtime(o), UsageError);
+  };
+  refused([](Options& o) { o.slice = std::chrono::microseconds::max(); }); // overflowed: ticked every 90 us
+  refused([](Options& o) { o.stall_threshold = std::chrono::milliseconds(18446744073710); }); // wrapped to 0.45 ms
+  refused([](Options& o) { o.log_level = "bogus"; }); // taken as "off"
+  refused([](Options& o) { o.dump_signal = 32; });    // glibc's own: sigaction failed, logged only
+  CHECK_THROWS_AS(Runtime(topo("core:100000 pu:100000")), TopologyError); // was still in hwloc after 60 s
+  Runtime rt(topo("core:1 pu:1"));
+  CHECK_THROWS_AS(rt.dump(nullptr), UsageError); // SIGSEGV
+}
+
+TEST_CASE("environment values out of range are refused with a message", "[limits][options]") {
+  struct Env {
+    const char* name;
+    Env(const char* n, const char* v) : name(n) { ::setenv(n, v, 1); }
+    ~Env() { ::unsetenv(name); }
+  };
+  {
+    Env e("CORESCHED_TRACE_EVENTS", "-1"); // std::length_error: terminate in a program without a catch
+    Options o = topo("core:1 pu:1");
+    o.trace_path = "/dev/null";
+    CHECK_THROWS_AS(Runtime(o), UsageError);
+  }
+  {
+    Env e("CORESCHED_DUMP_SIGNAL", "4294967306"); // read as 10, SIGUSR1
+    CHECK_THROWS_AS(Runtime(topo("core:1 pu:1")), UsageError);
+  }
+}
+
+TEST_CASE("a Cancellation serves one operation at a time", "[limits][io]") {
+  Runtime rt(topo("core:2 pu:1"));
+  io::Cancellation c;
+  std::atomic<bool> started{false};
+  auto sleeper = rt.spawn([&] {
+    started.store(true);
+    return io::sleep_until(std::chrono::steady_clock::now() + 30s, &c);
+  }, SpawnOptions{.pin_to_pu = 0});
+  while (!started.load()) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(20ms); // the sleep is in flight
+  // The second took the handle over, and cancel() reached only it: the first ran to its end.
+  CHECK_THROWS_AS(rt.spawn([&] { return io::sleep_until(std::chrono::steady_clock::now() + 1ms, &c); },
+                           SpawnOptions{.pin_to_pu = 1}).join(),
+                  UsageError);
+  c.cancel();
+  CHECK(sleeper.join().error == std::errc::operation_canceled);
 }

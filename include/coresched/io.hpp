@@ -34,7 +34,8 @@ struct Result {
 
 /// Lets another fiber or thread cancel an operation in flight. Pass one to an
 /// I/O call; cancel() makes that call return operation_canceled (if the
-/// kernel had not completed it yet). One operation at a time.
+/// kernel had not completed it yet). One operation at a time: a call that
+/// starts while another holds it is a UsageError.
 class Cancellation {
 public:
   /// Creates a handle with nothing cancelled yet.

@@ -70,6 +70,7 @@ public:
   /// own writes it), also while the runtime is stuck: it never waits more
   /// than a moment for a lock, and what it reads may be a moment stale.
   /// Options::dump_signal makes a signal write one to stderr.
+  /// @throws UsageError if `out` is null.
   void dump(std::FILE* out) const;
 
   /// The runtime the calling fiber runs in, or null on a plain thread.
