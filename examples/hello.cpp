@@ -4,18 +4,11 @@
 
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <vector>
 
-int main(int argc, char** argv) {
-  // No options; a hand parse keeps this example free of any dependency but coresched.
-  if (argc > 1) {
-    const bool help = std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0;
-    std::fprintf(help ? stdout : stderr,
-                 "%sUsage: %s\nStarts a runtime (CORESCHED_TOPOLOGY picks a synthetic topology), prints it, runs "
-                 "8 fibers and checks their results.\n",
-                 help ? "" : "error: hello takes no arguments\n", argv[0]);
-    return help ? 0 : 2;
-  }
+// The example proper: a runtime, eight fibers, their results.
+static int run() {
   coresched::Runtime rt; // CORESCHED_TOPOLOGY chooses a synthetic topology if set
   std::printf("%s\n", rt.topology().describe().c_str());
 
@@ -33,4 +26,23 @@ int main(int argc, char** argv) {
   for (auto& f : fibers) sum += f.join();
   std::printf("sum of squares 0..7 = %d\n", sum);
   return sum == 140 ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  // No options; a hand parse keeps this example free of any dependency but coresched.
+  if (argc > 1) {
+    const bool help = std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0;
+    std::fprintf(help ? stdout : stderr,
+                 "%sUsage: %s\nStarts a runtime (CORESCHED_TOPOLOGY picks a synthetic topology), prints it, runs "
+                 "8 fibers and checks their results.\n",
+                 help ? "" : "error: hello takes no arguments\n", argv[0]);
+    return help ? 0 : 2;
+  }
+  // A bad CORESCHED_TOPOLOGY (or other setting) is a message, not a terminate.
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hello: %s\n", e.what());
+    return 1;
+  }
 }

@@ -30,6 +30,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -144,7 +146,14 @@ int main(int argc, char** argv) {
     std::perror("pipe");
     return 1;
   }
-  cs::Runtime rt; // CORESCHED_TOPOLOGY chooses a synthetic topology if set
+  std::optional<cs::Runtime> runtime; // CORESCHED_TOPOLOGY chooses a synthetic topology if set
+  try {
+    runtime.emplace();
+  } catch (const std::exception& e) { // a bad setting is a message, not a terminate
+    std::fprintf(stderr, "stuck: %s\n", e.what());
+    return 1;
+  }
+  cs::Runtime& rt = *runtime;
   cs::Mutex m;
   cs::Event never;
 

@@ -3,6 +3,7 @@
 // sleeps a random interval, then sends a timestamp to every client; each client
 // records how long its wake-up took, then compresses 64 KiB with zlib and
 // records how long that took.
+#include "../cli_finite.hpp"
 #include "cli_options.hpp"
 #include "commands.hpp"
 #include "common.hpp"
@@ -58,9 +59,9 @@ void add_options(CLI::App& sub, Settings& s) {
   sub.add_option("-c,--clients", s.clients, "Client fibers, each woken through its own channel")
       ->capture_default_str()->check(CLI::Range(1u, 100000u));
   sub.add_option("--min-wait", s.min_wait_ms, "Shortest sleep of the waker between wake rounds, ms")
-      ->capture_default_str()->check(CLI::Range(0.0, 1e6));
+      ->capture_default_str()->check(finite_range(0.0, 1e6));
   sub.add_option("--max-wait", s.max_wait_ms, "Longest sleep of the waker between wake rounds, ms")
-      ->capture_default_str()->check(CLI::Range(0.0, 1e6));
+      ->capture_default_str()->check(finite_range(0.0, 1e6));
   sub.add_option("--work-kb", s.work_kb, "KiB each client compresses (zlib level 7) after each wake-up; 0: none")
       ->capture_default_str()->check(CLI::Range(0u, 1u << 20));
   sub.add_option("--time", s.time_s, "Seconds to run (the last round starts before this)")

@@ -22,6 +22,8 @@
 
 #include <coresched/coresched.hpp>
 
+#include "../cli_finite.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -254,7 +256,7 @@ int main(int argc, char** argv) {
   app.add_option("--sleep-max-us", p.sleep_max_us, "longest sleep")->check(CLI::Range(1u, 1000000u));
   app.add_option("--burst-min-us", p.burst_min_us, "shortest burst")->check(CLI::Range(1u, 1000000u));
   app.add_option("--burst-max-us", p.burst_max_us, "longest burst")->check(CLI::Range(1u, 1000000u));
-  app.add_option("--time", p.seconds, "seconds per measurement (alone, then beside)")->check(CLI::Range(0.05, 600.0));
+  app.add_option("--time", p.seconds, "seconds per measurement (alone, then beside)")->check(coresched::bench::finite_range(0.05, 600.0));
   app.add_option("--rounds", rounds, "rounds")->check(CLI::Range(1u, 1000u));
   app.add_flag("--same-cookie", p.same_cookie,
                "the control: the sleepers run under A's cookie, so nothing is handed over (what their timers and "

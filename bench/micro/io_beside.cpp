@@ -14,6 +14,8 @@
 #include <coresched/coresched.hpp>
 #include <coresched/io.hpp>
 
+#include "../cli_finite.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <atomic>
@@ -145,7 +147,7 @@ int main(int argc, char** argv) {
   double seconds = 1.0;
   unsigned rounds = 2;
   std::string json_path;
-  app.add_option("--seconds", seconds, "each measured window (alone, then beside)")->check(CLI::Range(0.05, 60.0));
+  app.add_option("--seconds", seconds, "each measured window (alone, then beside)")->check(coresched::bench::finite_range(0.05, 60.0));
   app.add_option("--rounds", rounds, "rounds, fibers and threads alternated")->check(CLI::Range(1u, 100u));
   app.add_option("--json", json_path, "also write every round's figures as JSON to this file");
   CLI11_PARSE(app, argc, argv);

@@ -5,6 +5,8 @@
 // ticker does), against the same threads with no timer, the variants
 // alternated round by round in one run. The CPU one wake-up costs is the
 // rounds lost, in CPU time, over the wake-ups made.
+#include "../cli_finite.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -90,7 +92,7 @@ int main(int argc, char** argv) {
   app.add_option("--cpus", cpus, "busy threads, pinned to CPUs 0..N-1")->capture_default_str()->check(CLI::Range(1u, 4096u));
   app.add_option("--period-us", periods, "timer periods to measure (repeatable)")->capture_default_str()
       ->check(CLI::Range(10u, 1000000u));
-  app.add_option("--time", seconds, "seconds per measurement")->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--time", seconds, "seconds per measurement")->capture_default_str()->check(coresched::bench::finite_range(0.1, 3600.0));
   app.add_option("--rounds", rounds, "rounds; each measures every variant once")->capture_default_str()
       ->check(CLI::Range(1, 1000));
   app.add_option("--json", json_path, "also write the medians as JSON to this file");

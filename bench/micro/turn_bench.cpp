@@ -11,9 +11,12 @@
 // N threads pinned to CPU 0 doing the same arithmetic without them.
 #include <coresched/coresched.hpp>
 
+#include "../cli_finite.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <exception>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -127,7 +130,7 @@ int main(int argc, char** argv) {
   std::string json_path;
   app.add_option("--fibers", counts, "how many fibers (and threads) share the PU (repeatable)")->capture_default_str()
       ->check(CLI::Range(2u, 1000u));
-  app.add_option("--time", seconds, "seconds per measurement")->capture_default_str()->check(CLI::Range(0.2, 3600.0));
+  app.add_option("--time", seconds, "seconds per measurement")->capture_default_str()->check(coresched::bench::finite_range(0.2, 3600.0));
   app.add_option("--rounds", rounds, "rounds; each measures fibers then threads for every count")->capture_default_str()
       ->check(CLI::Range(1, 1000));
   app.add_option("--slice-us", slice_us, "the runtime's slice in microseconds (default: Options::slice, 1000)")
@@ -148,7 +151,14 @@ int main(int argc, char** argv) {
     for (unsigned n : counts)
       for (const bool fib : {true, false}) {
         std::fprintf(stderr, "[turns] round %d/%d, %u %s ...\n", r + 1, rounds, n, fib ? "fibers" : "threads");
-        const Result res = fib ? fibers(n, seconds, slice_us) : threads(n, seconds);
+        Result res;
+        try { // a bad CORESCHED_* setting is a message, not a terminate
+          res = fib ? fibers(n, seconds, slice_us) : threads(n, seconds);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "coresched-turn-bench: %s\n", e.what());
+          if (j) std::fclose(j);
+          return 1;
+        }
         std::printf("%-8s %6u %5d %8zu %8.0f %8.0f %8.0f %5.2f/%.2f\n", fib ? "fibers" : "threads", n, r + 1,
                     res.turns_us.size(), res.pct(0.1), res.pct(0.5), res.pct(0.9), res.least, res.most);
         if (j)

@@ -6,6 +6,8 @@
 #include <coresched/coresched.hpp>
 #include <coresched/sync.hpp>
 
+#include "../cli_finite.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -109,8 +111,10 @@ int main(int argc, char** argv) {
   double sleep_delay_us = 300, spin_delay_us = 1;
   app.add_option("-s,--samples", samples, "wake-ups per measurement")->check(CLI::PositiveNumber);
   app.add_option("--topology", topology, "runtime topology (needs two PUs)");
-  app.add_option("--sleep-delay-us", sleep_delay_us, "delay before a wake so the target is asleep");
-  app.add_option("--spin-delay-us", spin_delay_us, "delay before a wake while the target still spins");
+  app.add_option("--sleep-delay-us", sleep_delay_us, "delay before a wake so the target is asleep")
+      ->check(coresched::bench::finite_range(0, 1e6));
+  app.add_option("--spin-delay-us", spin_delay_us, "delay before a wake while the target still spins")
+      ->check(coresched::bench::finite_range(0, 1e6));
   CLI11_PARSE(app, argc, argv);
   try {
     Options o;

@@ -12,6 +12,8 @@
 //   {"peer": "...", "workload": "...", "metric": "...", "unit": "...", "value": x}
 #pragma once
 
+#include "../cli_finite.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -81,7 +83,8 @@ inline int run_main(int argc, char** argv, const std::string& peer, const std::m
   for (const auto& [name, fn] : workloads) names.push_back(name);
   app.add_option("workload", workload, "the workload")->required()->check(CLI::IsMember(names));
   app.add_option("-n", p.n, "size of the trial")->check(CLI::PositiveNumber);
-  app.add_option("--gap-us", p.gap_us, "wake: microseconds the waker pauses before each wake");
+  app.add_option("--gap-us", p.gap_us, "wake: microseconds the waker pauses before each wake")
+      ->check(coresched::bench::finite_range(0, 1e6));
   app.add_flag("--no-warmup", no_warmup, "skip the warm-up at a tenth of the size");
   CLI11_PARSE(app, argc, argv);
   try {

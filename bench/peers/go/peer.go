@@ -394,10 +394,15 @@ func main() {
 		"channel_any": channelRoundTripAny, "wake": wakeLatency, "wake_any": wakeLatencyAny,
 		"wake_run_on": wakeRunOn, "pipeline": pipeline,
 	}
+	const usage = "usage: go-peer WORKLOAD|echo-server [-n N] [-gap-us G] [-no-warmup] [-unpinned] [-cpu-split]"
 	if len(os.Args) < 2 {
-		fail("usage: go-peer WORKLOAD|echo-server [-n N] [-gap-us G] [-no-warmup] [-unpinned] [-cpu-split]")
+		fail(usage)
 	}
 	name := os.Args[1]
+	if name == "--help" || name == "-h" || name == "-help" {
+		fmt.Println(usage + "\nThe Go peer of bench/peers/peers.py: runs one workload and prints JSON lines.")
+		return
+	}
 	fs := flag.NewFlagSet(name, flag.ExitOnError)
 	n := fs.Int64("n", 100000, "size of the trial")
 	gap := fs.Float64("gap-us", 300, "wake: microseconds the waker pauses before each wake")
@@ -405,6 +410,9 @@ func main() {
 	fs.BoolVar(&cpuSplit, "cpu-split", false, "wake*: report on stderr how many wake-ups ran on the waker's CPU, and the p50 of each kind")
 	fs.BoolVar(&unpinned, "unpinned", false, "wake, channel: lock the goroutines to OS threads but leave the threads on any CPU")
 	fs.Parse(os.Args[2:])
+	if !(*gap >= 0 && *gap <= 1e6) { // NaN fails both
+		fail("-gap-us must be a number of microseconds from 0 to 1000000")
+	}
 	runtime.GOMAXPROCS(runtime.NumCPU())
 	if name == "echo-server" {
 		echoServer()
