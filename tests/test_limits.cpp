@@ -162,11 +162,20 @@ TEST_CASE("a Cancellation serves one operation at a time", "[limits][io]") {
     return io::sleep_until(std::chrono::steady_clock::now() + 30s, &c);
   }, SpawnOptions{.pin_to_pu = 0});
   while (!started.load()) std::this_thread::sleep_for(1ms);
-  std::this_thread::sleep_for(20ms); // the sleep is in flight
-  // The second took the handle over, and cancel() reached only it: the first ran to its end.
-  CHECK_THROWS_AS(rt.spawn([&] { return io::sleep_until(std::chrono::steady_clock::now() + 1ms, &c); },
-                           SpawnOptions{.pin_to_pu = 1}).join(),
-                  UsageError);
+  // The second took the handle over, and cancel() reached only it: the first
+  // ran to its end. Tried until the first is in flight (a slow build may
+  // not have queued it yet); without the check no try is refused.
+  bool refused = false;
+  for (int i = 0; i < 200 && !refused; ++i) {
+    try {
+      rt.spawn([&] { return io::sleep_until(std::chrono::steady_clock::now() + 1ms, &c); },
+               SpawnOptions{.pin_to_pu = 1}).join();
+      std::this_thread::sleep_for(10ms);
+    } catch (const UsageError&) {
+      refused = true;
+    }
+  }
+  CHECK(refused);
   c.cancel();
   CHECK(sleeper.join().error == std::errc::operation_canceled);
 }
