@@ -2,8 +2,7 @@
 // Edge values a caller may pass (stack sizes, counts, sleeps, I/O lengths,
 // options and environment) and stacks shared by inline joins: what the
 // probes of helper-19 and helper-20 broke through the public API in session
-// 34. The first four cases were run against the code before their fixes and
-// failed there; the rest repeat what helper-20's probes saw on that code.
+// 34. Every case was run against the code before its fix and failed there.
 #include "test_support.hpp"
 
 #include <coresched/coresched.hpp>
@@ -104,7 +103,7 @@ TEST_CASE("counts that would overflow are refused and left as they were", "[limi
   CHECK(wg.count() == 0);
 }
 
-// helper-20's findings, each as its probe saw it on the code before the fix.
+// helper-20's findings.
 TEST_CASE("a transfer past 4 GiB is a short count, not its length cut to 32 bits", "[limits][io]") {
   // 4 GiB + 5 bytes of address space that /dev/null's write never reads.
   const std::size_t len = (std::size_t{4} << 30) + 5;
