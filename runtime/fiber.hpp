@@ -62,6 +62,7 @@ struct Fiber {
   bool fresh = true;            // never run: no stack, no context yet
   bool is_task = true;          // false for a worker's idle context
   bool ran_out = false;         // it last stopped at a preemption point that asked it to (a runner), not by blocking
+  bool unstartable = false;     // no stack could be mapped for it: it fails with StackError instead of running
   std::atomic<bool> context_saved{true}; // false while switching out after being queued
   std::atomic<FiberState> state{FiberState::runnable};
   CarriedState carried;         // exception state and errno while switched out (eh_state.hpp)

@@ -21,6 +21,7 @@
 #include <climits>
 #include <cstdint>
 #include <new>
+#include <string>
 
 namespace coresched::detail {
 
@@ -32,18 +33,47 @@ namespace coresched::detail {
 // no cookie, until others finish — its user code has not begun, so nothing
 // of it can run beside the wrong sibling, and nothing throws into the fiber
 // that happened to be switching out.
+//
+// Waiting is right only while fibers do finish. Once none of the runtime has
+// for kStackDeadlockNs, every fiber that could free a stack may be waiting for
+// this one (a join chain that alternates cookies, so that no child runs
+// inline, hung at ~32,700 fibers): the fiber then fails instead. It starts on
+// the runtime's reserve stack, where its callable is destroyed unrun, under
+// its own cookie like any fiber's user code, and its join throws StackError.
+namespace {
+constexpr std::uint64_t kStackDeadlockNs = 1'000'000'000;
+} // namespace
+
 bool Worker::give_stack(Fiber* f) noexcept {
   try {
     f->stack = stacks_.get(mapped_stack_bytes(f->stack_size));
   } catch (const std::bad_alloc&) {
-    stack_starved_ = true;
-    return false;
+    if (!stack_deadlocked() || !sched_.shared_stacks().take_reserve(f->stack)) {
+      stack_starved_ = true;
+      return false;
+    }
+    f->unstartable = true;
   }
+  starved_since_ = 0;
   f->fresh = false;
   f->stack.header()->running.store(f, std::memory_order_release);
   san::assign_stack(*f, f->stack.base, f->stack.size);
-  f->context = ctx::make_fcontext(f->stack.frames_top(), f->stack.size - kStackHeaderBytes, &Worker::fiber_main);
+  f->context = ctx::make_fcontext(f->stack.frames_top(), f->stack.size - kStackHeaderBytes,
+                                  f->unstartable ? &Worker::fiber_fail_main : &Worker::fiber_main);
   return true;
+}
+
+// True once no fiber of the runtime has finished for kStackDeadlockNs while
+// stacks failed here; any fiber finishing starts the wait again.
+bool Worker::stack_deadlocked() noexcept {
+  const std::uint64_t now = now_ns();
+  const std::uint64_t retired = sched_.retired_fibers();
+  if (starved_since_ == 0 || retired != starved_retired_) {
+    starved_since_ = now;
+    starved_retired_ = retired;
+    return false;
+  }
+  return now - starved_since_ >= kStackDeadlockNs;
 }
 
 void Worker::wait_for_stack(Fiber* f) {
@@ -52,11 +82,29 @@ void Worker::wait_for_stack(Fiber* f) {
   std::uint64_t last = last_warning.load(std::memory_order_relaxed);
   if (now - last > 1'000'000'000 && last_warning.compare_exchange_strong(last, now))
     log().warn("no memory for the {} KiB stack of fiber {} (mmap failed; each started fiber holds two mappings, "
-               "see vm.max_map_count): it waits until other fibers finish",
-               mapped_stack_bytes(f->stack_size) / 1024, f->id);
+               "see vm.max_map_count): it waits until other fibers finish, and fails with StackError if none "
+               "does for a second", mapped_stack_bytes(f->stack_size) / 1024, f->id);
   core_.lock().lock();
   core_.requeue_locked(sibling_, f);
   core_.lock().unlock();
+}
+
+// The entry of a fiber that could not get a stack (give_stack): on the
+// reserve stack, under its cookie, it fails instead of running, then the
+// worker goes on as after any fiber that finished.
+void Worker::fiber_fail_main(ctx::transfer_t t) {
+  Worker::current()->after_resume(t.fctx);
+  Fiber* f = Worker::current()->current_;
+  const std::string what = "coresched: fiber " + std::to_string(f->id) + " never ran: no memory for its " +
+                           std::to_string(mapped_stack_bytes(f->stack_size) / 1024) +
+                           " KiB stack (mmap failed) and no fiber finished for a second to free one; each "
+                           "started fiber holds two kernel mappings: raise vm.max_map_count (sysctl) or keep "
+                           "fewer fibers started at once";
+  log().error("{}", what);
+  f->join->task()->fail(std::make_exception_ptr(StackError(what)));
+  complete(f, false);
+  run_next_after(f);
+  fiber_loop();
 }
 
 // ---------------------------------------------------------------- user code
@@ -76,8 +124,14 @@ void Worker::wait_for_stack(Fiber* f) {
 // fiber's reference dropped with plain stores (spawn+join pays for every
 // instruction here).
 void Worker::run_to_completion(Fiber* f, bool by_handle) noexcept {
+  f->join->task()->run();
+  complete(f, by_handle);
+}
+
+// What follows a fiber's user code (or its failure to start): it is done, its
+// joiner is woken. Inlined into run_to_completion, the path every fiber takes.
+[[gnu::always_inline]] inline void Worker::complete(Fiber* f, bool by_handle) noexcept {
   JoinRecord* j = f->join;
-  j->task()->run();
   f->state.store(FiberState::done, std::memory_order_relaxed);
   if (by_handle) {
     j->done.store(1, std::memory_order_relaxed);
@@ -115,25 +169,31 @@ void Worker::fiber_loop() {
   for (;;) {
     Fiber* f = Worker::current()->current_;
     run_to_completion(f, false);
-    Worker* w = Worker::current(); // the fiber may have migrated
-    const Pick p = w->pick();
-    Fiber* next = p.kind == Pick::Kind::run ? p.fiber : &w->idle_ctx_;
-    if (next->fresh && mapped_stack_bytes(next->stack_size) == f->stack.size) {
-      next->fresh = false;
-      next->stack = std::exchange(f->stack, Stack{});
-      next->stack.header()->running.store(next, std::memory_order_release);
-      san::hand_over_stack(*f, *next);
-      w->prev_ = f;
-      w->after_ = After::retire;
-      w->current_ = next;
-      w->count_switch();
-      w->begin_run(next);
-      w->after_resume(nullptr);
-      continue;
-    }
-    w->switch_to(next, After::retire);
-    __builtin_unreachable();
+    run_next_after(f);
   }
+}
+
+// After `f` finished on this stack: a next fiber that has never run is adopted
+// onto it (return: the caller runs it), anything else is switched to (no return).
+[[gnu::always_inline]] inline void Worker::run_next_after(Fiber* f) {
+  Worker* w = Worker::current(); // the fiber may have migrated
+  const Pick p = w->pick();
+  Fiber* next = p.kind == Pick::Kind::run ? p.fiber : &w->idle_ctx_;
+  if (next->fresh && mapped_stack_bytes(next->stack_size) == f->stack.size) {
+    next->fresh = false;
+    next->stack = std::exchange(f->stack, Stack{});
+    next->stack.header()->running.store(next, std::memory_order_release);
+    san::hand_over_stack(*f, *next);
+    w->prev_ = f;
+    w->after_ = After::retire;
+    w->current_ = next;
+    w->count_switch();
+    w->begin_run(next);
+    w->after_resume(nullptr);
+    return;
+  }
+  w->switch_to(next, After::retire);
+  __builtin_unreachable();
 }
 
 // ---------------------------------------------------------------- inline join

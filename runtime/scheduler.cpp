@@ -32,11 +32,13 @@ std::size_t checked_stack_size(std::size_t asked, const char* what) {
 } // namespace
 
 Scheduler::Scheduler(Options options, Runtime* owner)
-    : options_(std::move(options)), owner_(owner), topology_(Topology::discover(options_.topology)),
+    : options_(std::move(options)), owner_(owner), topology_(Topology::discover(options_.topology, options_.cpus)),
+      claim_(topology_, topology_.spec()),
       shared_stacks_(mapped_stack_bytes(round_to_pages(std::clamp<std::size_t>(options_.stack_size, 1, kMaxStackBytes)))) {
   set_log_level(options_.log_level);
   install_overflow_handler();
   default_stack_ = checked_stack_size(options_.stack_size, "Options::stack_size");
+  shared_stacks_.keep_reserve();
   if (options_.slice.count() <= 0) throw UsageError("coresched: Options::slice must be positive");
   if (options_.stall_threshold.count() < 0)
     throw UsageError("coresched: Options::stall_threshold must not be negative (zero disables stall reports)");
@@ -64,7 +66,8 @@ Scheduler::Scheduler(Options options, Runtime* owner)
     if (c.pus.size() > kMaxPusPerCore)
       throw TopologyError("coresched: core " + std::to_string(c.index) + " of topology \"" + topology_.spec() +
                           "\" has " + std::to_string(c.pus.size()) + " PUs; at most " +
-                          std::to_string(kMaxPusPerCore) + " per core are supported");
+                          std::to_string(kMaxPusPerCore) + " per core are supported (a core's wake list has "
+                          "a fixed size; SMT-8 is the widest shipping core); Options::cpus can leave PUs out");
   for (const auto& c : topology_.cores()) cores_.push_back(std::make_unique<CoreCoordinator>(c.index, c.pus, cfg));
   for (const auto& pu : topology_.pus()) {
     const auto& sibs = topology_.cores()[pu.core].pus;
@@ -140,17 +143,21 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
   Worker* here = Worker::current();
   const bool mine = here && &here->scheduler() == this;
   const bool local = mine && here->in_task();
-  // A fiber of this runtime may spawn while it shuts down: shutdown waits for
-  // the spawner, which is live, and so for its children. Anyone else is
-  // counted *before* the stopping check (both seq_cst, against shutdown's
-  // store-then-count): either the spawn sees `stopping` and is refused, or
-  // shutdown sees the count and waits for the fiber. Checking first and
-  // counting after let a spawn slip between the two: its fiber never ran.
+  // Once shutdown has begun every spawn is refused, from this runtime's fibers
+  // too: a fiber spawning in a loop (its sleeps end at once while the runtime
+  // stops) would otherwise keep shutdown waiting for ever. A fiber of this
+  // runtime cannot race the flag: shutdown waits for it, and its spawn counts
+  // before it retires. Anyone else is counted *before* the check (both
+  // seq_cst, against shutdown's store-then-count): either the spawn sees
+  // `stopping` and is refused, or shutdown sees the count and waits for the
+  // fiber. Checking first and counting after let a spawn slip between the
+  // two: its fiber never ran.
+  if (local && stopping_.load(std::memory_order_acquire)) throw UsageError("coresched: spawn after shutdown began");
   if (!local) {
     external_spawned_.fetch_add(1, std::memory_order_seq_cst);
     if (stopping_.load(std::memory_order_seq_cst)) {
       external_spawned_.fetch_sub(1, std::memory_order_relaxed);
-      throw UsageError("coresched: spawn after shutdown");
+      throw UsageError("coresched: spawn after shutdown began");
     }
   }
   struct Uncount { // a spawn that throws below was never a fiber
@@ -160,7 +167,9 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
   // Everything computed first, so that each field of the two records below is
   // written once (a call between two stores keeps the first).
   const std::uint64_t id = mine ? here->new_fiber_id() : new_fiber_ids(1);
-  const std::uint64_t cookie = opts.cookie ? opts.cookie->value() : local ? here->running()->cookie : 0;
+  // Unset: the spawning fiber's cookie, whichever runtime that fiber belongs to
+  // (a tenant's fiber spawning into another runtime must not drop its tag).
+  const std::uint64_t cookie = opts.cookie ? opts.cookie->value() : here && here->in_task() ? here->running()->cookie : 0;
   // Two blocks: the scheduling record, freed when the fiber retires, and the
   // join record with the task, which a handle keeps (join_record.hpp says why).
   void* fmem = mine ? here->records().get() : ::operator new(kRecordBytes);
@@ -493,6 +502,12 @@ std::uint64_t new_fiber_ids(std::uint64_t n) noexcept { return next_fiber_id.fet
 // is never below the number of fibers live when the last retired count was
 // read, and zero means none was live then (and none can be spawned without
 // one, once external spawns are refused).
+std::uint64_t Scheduler::retired_fibers() const noexcept {
+  std::uint64_t retired = 0;
+  for (const auto& w : workers_) retired += w->retired_count();
+  return retired;
+}
+
 std::uint64_t Scheduler::live_fibers() const noexcept {
   std::uint64_t retired = 0, spawned = 0;
   for (const auto& w : workers_) retired += w->retired_count();
@@ -517,6 +532,7 @@ void Scheduler::shutdown() {
   wake_all_workers();
   for (auto& w : workers_) w->join();
   ticker_->stop();
+  claim_.release(); // no fiber of this runtime runs any more
   unregister_runtime(&debug_); // a dump signal during the shutdown above still reached it
   write_trace();
   const char* env = std::getenv("CORESCHED_STATS");

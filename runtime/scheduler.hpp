@@ -4,6 +4,7 @@
 // workers; shuts down in order.
 #pragma once
 
+#include "core_claim.hpp"
 #include "core_coordinator.hpp"
 #include "fiber.hpp"
 #include "placement.hpp"
@@ -58,6 +59,10 @@ public:
   bool stopping() const noexcept { return stopping_.load(std::memory_order_acquire); }
   /// Fibers spawned and not yet finished (exact once nothing can spawn).
   std::uint64_t live_fibers() const noexcept;
+  /// Fibers of this runtime that have finished so far.
+  std::uint64_t retired_fibers() const noexcept;
+  /// The stacks every worker's pool gives back to (and the fail reserve).
+  SharedStackPool& shared_stacks() noexcept { return shared_stacks_; }
   /// Why wake_helper is called.
   enum class Help : std::uint8_t {
     /// Fibers wait in the caller's core queue.
@@ -140,6 +145,7 @@ private:
   Options options_;
   Runtime* owner_;
   Topology topology_;
+  CoreClaim claim_; // before any worker starts; given back once they have stopped
   SharedStackPool shared_stacks_;
   // Outlive the workers' caches, which give back to them.
   RecordDepot records_{kRecordBytes};

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <new>
+#include <utility>
 #include <sanitizer/asan_interface.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -48,6 +49,28 @@ void free_stack(Stack s) noexcept {
 
 SharedStackPool::~SharedStackPool() {
   for (Stack s : free_) unmap(s);
+  unmap(reserve_);
+}
+
+void SharedStackPool::keep_reserve() {
+  Stack s = map(stack_size_);
+  if (!refill_reserve(s)) unmap(s);
+}
+
+bool SharedStackPool::take_reserve(Stack& out) {
+  std::lock_guard lk(mu_);
+  if (!reserve_) return false;
+  out = std::exchange(reserve_, Stack{});
+  has_reserve_.store(false, std::memory_order_relaxed);
+  return true;
+}
+
+bool SharedStackPool::refill_reserve(Stack s) {
+  std::lock_guard lk(mu_);
+  if (reserve_) return false;
+  reserve_ = s;
+  has_reserve_.store(true, std::memory_order_relaxed);
+  return true;
 }
 
 Stack SharedStackPool::map(std::size_t usable) {
@@ -117,6 +140,8 @@ void StackPool::put(Stack s) noexcept {
     shared_.unmap(s); // odd sizes are not pooled
     return;
   }
+  if (!shared_.has_reserve() && shared_.refill_reserve(s)) [[unlikely]]
+    return;
   if (free_.size() < kLocalMax) {
     free_.push_back(s);
     return;

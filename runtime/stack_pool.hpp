@@ -69,6 +69,16 @@ public:
   void give(Stack s);
   std::size_t stack_size() const noexcept { return stack_size_; }
 
+  /// One stack kept back for a fiber that must fail because no stack can be
+  /// mapped (Worker::give_stack): failing still runs the destructor of its
+  /// callable, which is its tenant's code and needs a stack of its own. Mapped
+  /// by keep_reserve() at start, refilled by the next stack given back.
+  void keep_reserve();
+  bool take_reserve(Stack& out);
+  /// Keeps `s` as the reserve if there is none; false if there is one.
+  bool refill_reserve(Stack s);
+  bool has_reserve() const noexcept { return has_reserve_.load(std::memory_order_relaxed); }
+
   /// Maps a new stack of `usable` bytes and lists it. Throws std::bad_alloc.
   Stack map(std::size_t usable);
   /// Unlists and unmaps a stack made by map().
@@ -85,6 +95,8 @@ private:
   std::size_t stack_size_;
   std::mutex mu_;
   std::vector<Stack> free_;
+  Stack reserve_; // guarded by mu_
+  std::atomic<bool> has_reserve_{false};
   mutable std::mutex list_mu_; // guards the list below: taken only to map, unmap and dump
   StackHeader list_;                 // sentinel of the circular list of mapped stacks (empty: null links)
 };

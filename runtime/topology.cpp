@@ -63,8 +63,40 @@ HwlocHandle::~HwlocHandle() {
 // Builds the model from a loaded hwloc topology. A friend of Topology.
 struct TopologyBuilder {
   static void load(Topology& t, detail::HwlocHandle& h);
-  static void fill(Topology& t, hwloc_topology_t topo, const std::vector<unsigned>& allowed);
+  static void fill(Topology& t, hwloc_topology_t topo, const std::vector<unsigned>& allowed, hwloc_const_bitmap_t only);
 };
+
+namespace {
+// Options::cpus as a bitmap of PU OS indexes (null when empty: every PU),
+// checked against the topology so that a typo is an error, not a runtime on
+// fewer PUs than meant.
+struct PuList {
+  hwloc_bitmap_t set = nullptr;
+  PuList() = default;
+  PuList(const PuList&) = delete;
+  PuList& operator=(const PuList&) = delete;
+  ~PuList() { if (set) hwloc_bitmap_free(set); }
+};
+
+void parse_pu_list(PuList& out, const std::string& cpus, hwloc_topology_t topo, const std::string& spec) {
+  if (cpus.empty()) return;
+  out.set = hwloc_bitmap_alloc();
+  if (!out.set) throw TopologyError("coresched: hwloc_bitmap_alloc failed");
+  const bool digits = cpus.find_first_not_of("0123456789,- ") == std::string::npos;
+  if (!digits || hwloc_bitmap_list_sscanf(out.set, cpus.c_str()) != 0 || hwloc_bitmap_iszero(out.set) ||
+      hwloc_bitmap_weight(out.set) < 0)
+    throw TopologyError("coresched: Options::cpus \"" + cpus + "\" is not a list of PU OS indexes such as \"0-3,8\"");
+  hwloc_const_bitmap_t all = hwloc_topology_get_topology_cpuset(topo);
+  if (!hwloc_bitmap_isincluded(out.set, all)) {
+    char* have = nullptr;
+    hwloc_bitmap_list_asprintf(&have, all);
+    const std::string msg = "coresched: Options::cpus \"" + cpus + "\" names PUs that topology \"" + spec +
+                            "\" does not have (its PUs: " + (have ? have : "?") + ")";
+    std::free(have);
+    throw TopologyError(msg);
+  }
+}
+} // namespace
 
 namespace {
 // The PUs a synthetic description makes: the product of its arities (the
@@ -114,7 +146,8 @@ void TopologyBuilder::load(Topology& t, detail::HwlocHandle& h) {
     throw TopologyError("coresched: hwloc could not load topology \"" + t.spec_ + "\" (invalid XML?)");
 }
 
-void TopologyBuilder::fill(Topology& t, hwloc_topology_t topo, const std::vector<unsigned>& allowed) {
+void TopologyBuilder::fill(Topology& t, hwloc_topology_t topo, const std::vector<unsigned>& allowed,
+                           hwloc_const_bitmap_t only) {
   const bool real = t.source_ == Topology::Source::machine;
   std::map<hwloc_obj_t, unsigned> llc_index;
   std::map<unsigned, unsigned> package_index;
@@ -125,9 +158,12 @@ void TopologyBuilder::fill(Topology& t, hwloc_topology_t topo, const std::vector
   for (int i = 0; i < n; ++i) {
     hwloc_obj_t core = hwloc_get_obj_by_type(topo, core_type, static_cast<unsigned>(i));
     std::vector<hwloc_obj_t> pus;
+    std::vector<unsigned> os_pus;
     for (hwloc_obj_t pu = nullptr;
          (pu = hwloc_get_next_obj_inside_cpuset_by_type(topo, core->cpuset, HWLOC_OBJ_PU, pu));) {
+      os_pus.push_back(pu->os_index);
       if (real && !std::binary_search(allowed.begin(), allowed.end(), pu->os_index)) continue;
+      if (only && !hwloc_bitmap_isset(only, pu->os_index)) continue;
       pus.push_back(pu);
     }
     if (pus.empty()) continue;
@@ -137,7 +173,7 @@ void TopologyBuilder::fill(Topology& t, hwloc_topology_t topo, const std::vector
     auto [pit, pnew] = package_index.try_emplace(pkg_os, static_cast<unsigned>(package_index.size()));
     auto [lit, lnew] = llc_index.try_emplace(llc, static_cast<unsigned>(t.llcs_.size()));
     if (lnew) t.llcs_.push_back(LlcInfo{lit->second, {}});
-    CoreInfo ci{static_cast<unsigned>(t.cores_.size()), lit->second, pit->second, {}};
+    CoreInfo ci{static_cast<unsigned>(t.cores_.size()), lit->second, pit->second, {}, std::move(os_pus)};
     for (hwloc_obj_t pu : pus) {
       const auto idx = static_cast<unsigned>(t.pus_.size());
       // Synthetic and XML PUs are not CPUs of this machine: map them round-robin.
@@ -150,10 +186,11 @@ void TopologyBuilder::fill(Topology& t, hwloc_topology_t topo, const std::vector
   }
   t.packages_ = static_cast<unsigned>(package_index.size());
   if (t.pus_.empty())
-    throw TopologyError("coresched: topology \"" + t.spec_ + "\" has no PU the process is allowed to use");
+    throw TopologyError("coresched: topology \"" + t.spec_ + "\" has no PU the process is allowed to use" +
+                        (only ? " among Options::cpus" : ""));
 }
 
-Topology Topology::discover(const std::string& spec_in) {
+Topology Topology::discover(const std::string& spec_in, const std::string& cpus) {
   Topology t;
   t.spec_ = resolve_spec(spec_in);
   if (t.spec_ == "auto") t.source_ = Source::machine;
@@ -162,7 +199,9 @@ Topology Topology::discover(const std::string& spec_in) {
   const std::vector<unsigned> allowed = allowed_cpus();
   auto handle = std::make_shared<detail::HwlocHandle>();
   TopologyBuilder::load(t, *handle);
-  TopologyBuilder::fill(t, handle->topo, allowed);
+  PuList only;
+  parse_pu_list(only, cpus, handle->topo, t.spec_);
+  TopologyBuilder::fill(t, handle->topo, allowed, only.set);
   if (t.source_ == Source::machine) t.hwloc_ = std::move(handle); // binding only works on the real machine
   return t;
 }

@@ -257,8 +257,11 @@ private:
   void jump(Fiber& from, Fiber& to, bool from_ends);
   void after_resume(ctx::fcontext_t from);
   bool give_stack(Fiber* f) noexcept;
+  bool stack_deadlocked() noexcept;
   void wait_for_stack(Fiber* f);
   static void run_to_completion(Fiber* f, bool by_handle) noexcept;
+  static void complete(Fiber* f, bool by_handle) noexcept;
+  static void run_next_after(Fiber* f);
   bool may_run_inline(const Fiber* parent, const Fiber* child) const noexcept;
   void begin_run(Fiber* f); // the caller counts the switch (count_switch), or not
   // One more fiber switched in: the slice tick's measure of a worker that
@@ -271,6 +274,7 @@ private:
   void check_isolation(const Fiber* f);
   Pick pick();
   [[noreturn]] static void fiber_main(ctx::transfer_t t);
+  [[noreturn]] static void fiber_fail_main(ctx::transfer_t t);
   [[noreturn]] static void fiber_loop();
   void open_segment(std::uint64_t cookie);
   void close_segment(std::uint64_t now);
@@ -333,6 +337,8 @@ private:
   Fiber idle_ctx_;
   ThreadState thread_state_;   // this thread's exception state and errno (eh_state.hpp)
   bool stack_starved_ = false; // a fiber could not get a stack: the idle loop backs off
+  std::uint64_t starved_since_ = 0;   // when stacks last began to fail here (0: they do not), ns
+  std::uint64_t starved_retired_ = 0; // the runtime's retired count then
   bool affine_pending_ = false; // see note_affine_wake
   bool waking_for_runtime_ = false; // see waking_for_runtime
   bool collecting_ = false;         // see collecting_early (set by collect_io for an ask-back)

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Edge values a caller may pass (stack sizes, counts, sleeps, I/O lengths,
-// options and environment) and stacks shared by inline joins: what the
-// probes of helper-19 and helper-20 broke through the public API in session
-// 34. Every case was run against the code before its fix and failed there.
+// options and environment), stacks shared by inline joins, running out of
+// stacks, and shutdown beside a fiber that keeps spawning. Every case was run
+// against the code before its fix and failed there.
+#include "stack_pool.hpp"
 #include "test_support.hpp"
 
 #include <coresched/coresched.hpp>
@@ -14,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <fcntl.h>
+#include <functional>
 #include <sys/mman.h>
 #include <thread>
 #include <unistd.h>
@@ -177,4 +179,94 @@ TEST_CASE("a Cancellation serves one operation at a time", "[limits][io]") {
   CHECK(refused);
   c.cancel();
   CHECK(sleeper.join().error == std::errc::operation_canceled);
+}
+
+// Each fiber joins a child of the other cookie, so no child runs inline on its
+// joiner's stack: when no stack can be mapped, every fiber that could free one
+// waits for the child that has none. The child must fail (its join throws
+// StackError), and the error unwinds the chain, instead of a hang.
+TEST_CASE("a join chain that alternates cookies ends with StackError when no stack can be mapped", "[limits][stack]") {
+  using coresched::detail::testing::fail_stack_allocations;
+  Runtime rt(topo("core:1 pu:2"));
+  const Cookie ab[2] = {Cookie::create(), Cookie::create()};
+  constexpr int kRunsOutAt = 10;
+  std::atomic<int> deepest{0};
+  std::function<int(int)> link = [&](int depth) -> int {
+    deepest.store(depth);
+    if (depth == kRunsOutAt) fail_stack_allocations.store(1 << 30); // every mmap fails from here on
+    if (depth == 2 * kRunsOutAt) return depth;
+    // An odd stack size: never one from a pool, so each start maps one.
+    return rt.spawn([&link, depth] { return link(depth + 1); },
+                    SpawnOptions{.cookie = ab[(depth + 1) % 2], .stack_size = 72 * 1024})
+        .join();
+  };
+  // Should the chain hang, let it finish after a while, so that the check fails.
+  std::atomic<bool> done{false}, gave_up{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 600 && !done.load(); ++i) std::this_thread::sleep_for(50ms);
+    if (!done.load()) {
+      gave_up.store(true);
+      fail_stack_allocations.store(0);
+    }
+  });
+  std::string error;
+  try {
+    (void)rt.spawn([&] { return link(0); }).join();
+  } catch (const StackError& e) {
+    error = e.what();
+  }
+  done.store(true);
+  watchdog.join();
+  fail_stack_allocations.store(0);
+  CHECK_FALSE(gave_up.load());
+  CHECK(deepest.load() == kRunsOutAt);
+  CHECK_THAT(error, Catch::Contains("never ran") && Catch::Contains("vm.max_map_count"));
+  // The runtime goes on: stacks map again, and the reserve is there for the next time.
+  CHECK(rt.spawn([] { return 5; }, SpawnOptions{.stack_size = 72 * 1024}).join() == 5);
+}
+
+// Sleeps end at once while a runtime shuts down: a fiber that spawns in a
+// sleep-paced loop must not keep shutdown waiting for ever. Its spawns are
+// refused once shutdown has begun.
+TEST_CASE("a fiber spawning in a loop cannot hold shutdown", "[limits][shutdown]") {
+  Runtime rt(topo("core:2 pu:1"));
+  std::atomic<long> accepted{0}, refused_after{0};
+  std::atomic<bool> started{false};
+  rt.spawn([&] {
+    started.store(true);
+    for (;;) {
+      try {
+        spawn([] {}, SpawnOptions{.detached = true});
+        accepted.fetch_add(1);
+      } catch (const UsageError& e) {
+        if (std::string(e.what()).find("shutdown") != std::string::npos) refused_after.fetch_add(1);
+        return;
+      }
+      this_fiber::sleep_for(1ms);
+    }
+  }, SpawnOptions{.detached = true});
+  while (!started.load()) std::this_thread::yield();
+  // Should shutdown hang, its spawner would run for ever: a thread fails the case first.
+  std::atomic<bool> shut{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 600 && !shut.load(); ++i) std::this_thread::sleep_for(50ms);
+    if (!shut.load()) {
+      std::fprintf(stderr, "shutdown did not end in 30 s while a fiber kept spawning\n");
+      std::abort();
+    }
+  });
+  std::this_thread::sleep_for(20ms);
+  rt.shutdown();
+  shut.store(true);
+  watchdog.join();
+  CHECK(accepted.load() > 0);
+  CHECK(refused_after.load() == 1);
+  CHECK_THROWS_WITH(rt.spawn([] {}), Catch::Contains("after shutdown"));
+}
+
+TEST_CASE("a Channel capacity that cannot be allocated is a UsageError", "[limits][channel]") {
+  CHECK_THROWS_WITH(Channel<int>(SIZE_MAX), Catch::Contains("Channel capacity") && Catch::Contains("allocated"));
+  CHECK_THROWS_AS(Channel<std::uint64_t>(std::size_t{1} << 60), UsageError);
+  Channel<int> fine(4);
+  CHECK(fine.try_send(1));
 }

@@ -25,6 +25,19 @@ public:
   using std::logic_error::logic_error;
 };
 
+/// Thrown by JoinHandle::join() for a fiber that never ran: no stack could be
+/// mapped for it (mmap failed; each started fiber holds two kernel mappings,
+/// so tens of thousands of them meet the `vm.max_map_count` sysctl) and no
+/// fiber of its runtime finished for a second while it waited, as happens
+/// when every fiber that could free a stack waits for this one. Its callable
+/// was destroyed without being called. Raise the limit (`sysctl -w
+/// vm.max_map_count=...`) or keep fewer fibers started at once.
+class StackError : public std::runtime_error {
+public:
+  /// Takes the message that what() returns.
+  using std::runtime_error::runtime_error;
+};
+
 /// Per-spawn settings. Every field is optional.
 struct SpawnOptions {
   /// Cookie of the new fiber; unset means inherit the spawning fiber's cookie
@@ -61,6 +74,9 @@ public:
   virtual ~Task() = default;
   /// Runs the callable, stores its result or exception, then destroys the callable.
   virtual void run() noexcept = 0;
+  /// Instead of run(): stores `e` as the fiber's exception and destroys the
+  /// callable without calling it (a fiber that could not start).
+  virtual void fail(std::exception_ptr e) noexcept = 0;
   /// Destroys the result and the exception (nobody will collect them).
   virtual void discard_result() noexcept { error = nullptr; }
   std::exception_ptr error; ///< Set if the callable threw.
@@ -93,6 +109,11 @@ public:
     }
     ran_ = true;
     fn_.~F(); // the captures' destructors are the fiber's own code: run them now, under its cookie
+  }
+  void fail(std::exception_ptr e) noexcept override {
+    this->error = std::move(e);
+    ran_ = true;
+    fn_.~F(); // under the fiber's cookie, as in run()
   }
 private:
   union { F fn_; }; // destroyed by run(), not by ~TaskImpl

@@ -35,6 +35,16 @@ struct Options {
   /// ".xml" (an hwloc XML export). A bad one makes the Runtime constructor
   /// throw TopologyError.
   std::string topology;
+  /// The PUs this runtime may use, as a list of their OS indexes ("0-3,8";
+  /// for a synthetic or XML topology, the PU numbers hwloc gives it); empty
+  /// means every PU of the topology (on the real machine, within the
+  /// process's affinity mask). Runtimes alive at the same time in one process
+  /// must not share a core of more than one PU, or a fiber of each could run a
+  /// different cookie on two siblings at once: the second one's constructor
+  /// throws UsageError naming the core. Give each runtime its own cores here.
+  /// A list that does not parse or names a PU the topology lacks is a
+  /// TopologyError.
+  std::string cpus;
 
   /// Fairness between cookies on a core.
   FairnessPolicy policy = FairnessPolicy::core_vruntime;

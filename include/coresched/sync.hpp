@@ -18,7 +18,9 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -308,9 +310,18 @@ template <class T> class Channel {
 
 public:
   /// Creates an open channel buffering up to `capacity` items; 0 makes it
-  /// unbuffered (every send waits for a receiver).
+  /// unbuffered (every send waits for a receiver). The buffer is allocated
+  /// here, whole.
+  /// @throws UsageError when a buffer of `capacity` items cannot be allocated.
   explicit Channel(std::size_t capacity) : cap_(capacity) {
-    if (capacity > 0) buf_ = std::make_unique<std::optional<T>[]>(capacity);
+    if (capacity == 0) return;
+    try {
+      if (capacity > PTRDIFF_MAX / sizeof(std::optional<T>)) throw std::bad_array_new_length();
+      buf_ = std::make_unique<std::optional<T>[]>(capacity);
+    } catch (const std::bad_alloc&) {
+      throw UsageError("coresched: Channel capacity " + std::to_string(capacity) + " is more than can be allocated (" +
+                       std::to_string(sizeof(std::optional<T>)) + " bytes an item)");
+    }
   }
   /// Not copyable or movable: waiters refer to the object by address.
   Channel(const Channel&) = delete;

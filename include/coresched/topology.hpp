@@ -35,6 +35,10 @@ struct CoreInfo {
   unsigned llc;               ///< Index into Topology::llcs().
   unsigned package;           ///< Package (socket) number.
   std::vector<unsigned> pus;  ///< Sibling PUs (indexes into Topology::pus()).
+  /// hwloc OS indexes of every hardware thread of this core, including those
+  /// the runtime does not use (left out by the affinity mask or Options::cpus):
+  /// what two runtimes in one process compare to find a shared core.
+  std::vector<unsigned> os_pus;
 };
 
 /// One last-level-cache domain.
@@ -57,9 +61,12 @@ public:
 
   /// Builds the topology from a spec: "" / "auto" (real machine, or
   /// CORESCHED_TOPOLOGY if set), a synthetic string, or a ".xml" path.
-  /// Only CPUs in the process's affinity mask are used.
-  /// @throws TopologyError naming the problem.
-  static Topology discover(const std::string& spec = "");
+  /// Only CPUs in the process's affinity mask are used, and of those only the
+  /// PUs whose OS index is in `cpus` (an hwloc list such as "0-3,8"; empty
+  /// means all; for synthetic and XML topologies, the PUs' own OS indexes).
+  /// @throws TopologyError naming the problem (a `cpus` list that does not
+  /// parse or names a PU the topology lacks, too).
+  static Topology discover(const std::string& spec = "", const std::string& cpus = "");
 
   /// Where the topology came from.
   Source source() const noexcept { return source_; }

@@ -43,8 +43,16 @@ class Oracle {
 public:
   static constexpr std::uint64_t kEmpty = ~std::uint64_t{0};
 
+  /// `t` is the machine the oracle watches: one runtime's topology, or the
+  /// whole topology that several runtimes share out with Options::cpus (PUs are
+  /// matched by OS index, so each runtime's worker finds its slot).
   explicit Oracle(const coresched::Topology& t)
-      : id_(next_id().fetch_add(1) + 1), topo_(t), slots_(std::make_unique<Slot[]>(t.pus().size())) {}
+      : id_(next_id().fetch_add(1) + 1), topo_(t), slots_(std::make_unique<Slot[]>(t.pus().size())) {
+    for (const auto& p : t.pus()) {
+      if (p.os_index >= by_os_.size()) by_os_.resize(p.os_index + 1, -1);
+      by_os_[p.os_index] = static_cast<int>(p.index);
+    }
+  }
   Oracle(const Oracle&) = delete;
   Oracle& operator=(const Oracle&) = delete;
 
@@ -58,8 +66,11 @@ public:
     thread_local std::uint64_t seen_by = 0;
     thread_local int seen_pu = -1;
     if (coresched::this_fiber::in_fiber()) {
+      const unsigned worker = coresched::this_fiber::location().worker;
+      const unsigned os = coresched::Runtime::current()->topology().pus()[worker].os_index;
       seen_by = id_;
-      seen_pu = static_cast<int>(coresched::this_fiber::location().worker);
+      seen_pu = os < by_os_.size() ? by_os_[os] : -1;
+      if (seen_pu < 0) unattributed.fetch_add(1, std::memory_order_relaxed);
       return seen_pu;
     }
     if (seen_by == id_) return seen_pu;
@@ -71,7 +82,7 @@ public:
   /// even when a destructor runs there before any stamped fiber did.
   void prime(coresched::Runtime& rt) {
     std::vector<coresched::JoinHandle<void>> hs;
-    for (unsigned pu = 0; pu < topo_.pus().size(); ++pu)
+    for (unsigned pu = 0; pu < rt.topology().pus().size(); ++pu)
       hs.push_back(rt.spawn([this] { (void)current_pu(); }, coresched::SpawnOptions{.pin_to_pu = pu}));
     for (auto& h : hs) h.join();
   }
@@ -152,6 +163,7 @@ private:
 
   const std::uint64_t id_;
   const coresched::Topology& topo_;
+  std::vector<int> by_os_; // PU OS index -> index into topo_.pus(), -1 where it has none
   std::unique_ptr<Slot[]> slots_;
   mutable std::mutex mu_; // never held across a switch point
   std::vector<Violation> first_;
