@@ -109,9 +109,10 @@ struct Execution::Impl {
   mutable std::mutex fail_mu;
   std::vector<std::string> failures;
   mutable std::mutex rt_mu; // guards `rt` for stats() against its construction
-  // Last, so it goes first: destructors of what fibers own, run during its
+  std::optional<Topology> machine; // what the oracle watches: both runtimes' cores when there are two
+  // Last, so they go first: destructors of what fibers own, run during their
   // shutdown, still use the oracle and the records above.
-  std::unique_ptr<Runtime> rt;
+  std::unique_ptr<Runtime> rt, rt2; // rt2 only when the program has two runtimes
 
   void fail(const std::string& what) {
     if (failure_count.fetch_add(1) >= 12) return;
@@ -199,7 +200,7 @@ struct Execution::Impl {
     if (f.stack) o.stack_size = *f.stack * kStackFactor;
     o.detached = detached;
     auto fn = [this, idx, expect, ctx, probe = Probe(this, idx)]() { return body(idx, expect, ctx); };
-    return this_fiber::in_fiber() ? coresched::spawn(std::move(fn), o) : rt->spawn(std::move(fn), o);
+    return (f.runtime ? *rt2 : *rt).spawn(std::move(fn), o); // across runtimes too: the cookie is inherited
   }
   Cookie expected_cookie(int child, const Scope* parent) const {
     const FiberSpec& f = p.fibers[static_cast<std::size_t>(child)];
@@ -521,10 +522,17 @@ Outcome Execution::Impl::run() {
     std::lock_guard lk(rt_mu);
     Options opts = p.options;
     opts.stack_size *= kStackFactor;
+    opts.cpus = p.cpus[0];
     rt = std::make_unique<Runtime>(opts);
+    if (!p.cpus[1].empty()) {
+      opts.cpus = p.cpus[1];
+      rt2 = std::make_unique<Runtime>(opts);
+    }
   }
-  oracle = std::make_unique<Oracle>(rt->topology());
+  machine = rt2 ? Topology::discover(p.options.topology) : rt->topology();
+  oracle = std::make_unique<Oracle>(*machine);
   oracle->prime(*rt);
+  if (rt2) oracle->prime(*rt2);
   if (::pipe2(idle_pipe, O_CLOEXEC) != 0) fail("pipe2 failed");
   std::atomic<bool> rivals_stop{false};
   std::vector<JoinHandle<void>> rivals;
@@ -557,6 +565,7 @@ Outcome Execution::Impl::run() {
   for (auto& r : rivals) r.join();
   std::this_thread::sleep_for(2ms); // the waiters announced themselves just before waiting
   rt->shutdown();
+  if (rt2) rt2->shutdown();
   for (int fd : idle_pipe) ::close(fd);
   for (std::size_t i = 0; i < p.fibers.size(); ++i) {
     const int i2 = static_cast<int>(i);
@@ -603,12 +612,14 @@ Outcome Execution::run() { return impl_->run(); }
 std::string Execution::pending() const { return impl_->pending(); }
 std::string Execution::stats() const {
   std::lock_guard lk(impl_->rt_mu);
-  return impl_->rt ? impl_->rt->stats().to_table() : std::string("(no runtime yet)\n");
+  if (!impl_->rt) return "(no runtime yet)\n";
+  return impl_->rt->stats().to_table() + (impl_->rt2 ? "second runtime:\n" + impl_->rt2->stats().to_table() : "");
 }
 
 void Execution::dump(std::FILE* out) const {
   std::lock_guard lk(impl_->rt_mu);
   if (impl_->rt) impl_->rt->dump(out);
+  if (impl_->rt2) impl_->rt2->dump(out);
 }
 
 } // namespace fuzz

@@ -82,6 +82,32 @@ public:
       const bool joined = rng_.chance(75) || !on(f_detach); // by the main thread, a plain thread
       p_.roots.push_back({fiber(-1, 0, Role::normal, joined ? JoinMode::now : JoinMode::detach_option), joined});
     }
+    if (on(f_runtimes)) split_runtimes();
+  }
+
+  // Half of the programs on machines of two cores or more run on two
+  // runtimes, each on cores of its own. From a stream of its own, so that the
+  // rest of a seed's program is what it was with one runtime.
+  void split_runtimes() {
+    Rng rng(p_.seed ^ 0x5EC0DD2u);
+    if (!rng.chance(50)) return;
+    const coresched::Topology t = coresched::Topology::discover(p_.options.topology);
+    const std::size_t ncores = t.cores().size();
+    if (ncores < 2) return;
+    unsigned first_pus = 0;
+    for (std::size_t c = 0; c < ncores; ++c)
+      for (unsigned pu : t.cores()[c].pus) {
+        const bool first = c < ncores / 2;
+        std::string& list = p_.cpus[first ? 0 : 1];
+        list += (list.empty() ? "" : ",") + std::to_string(t.pus()[pu].os_index);
+        first_pus += first;
+      }
+    for (auto& r : p_.rivals)
+      if (r.pin) r.pin = *r.pin % first_pus;
+    for (auto& f : p_.fibers) {
+      if (f.pin) f.pin = *f.pin % first_pus;
+      else if (rng.chance(35)) f.runtime = 1;
+    }
   }
 
 private:
@@ -224,7 +250,7 @@ constexpr std::pair<const char*, Feature> kFeatures[] = {
     {"long-wait", f_long_wait}, {"rivals", f_rivals},     {"mutex", f_mutex},       {"semaphore", f_semaphore},
     {"channel", f_channel},     {"event", f_event},       {"pipe", f_pipe},         {"wait-group", f_wait_group},
     {"latch", f_latch},         {"io-sleep", f_io_sleep}, {"set-cookie", f_set_cookie}, {"detach", f_detach},
-    {"join-now", f_join_now},
+    {"join-now", f_join_now},   {"runtimes", f_runtimes},
 };
 } // namespace
 
@@ -269,7 +295,8 @@ std::string Program::describe() const {
          std::to_string(roots.size()) + " roots, " + std::to_string(throwing) + " throwing, " +
          std::to_string(waiting) + " left waiting for shutdown, " + std::to_string(pinned) + " pinned, " +
          std::to_string(stacks) + " with a stack size), " + std::to_string(ops) + " ops, " +
-         std::to_string(cookies.size()) + " cookies, " + std::to_string(rivals.size()) + " rivals";
+         std::to_string(cookies.size()) + " cookies, " + std::to_string(rivals.size()) + " rivals" +
+         (cpus[1].empty() ? "" : ", two runtimes (cpus " + cpus[0] + " | " + cpus[1] + ")");
 }
 
 namespace {
@@ -302,6 +329,7 @@ std::string Program::dump() const {
     s += "fiber " + std::to_string(i) + ": parent " + std::to_string(f.parent) + ", " + kRoles[static_cast<int>(f.role)] +
          ", " + to_string(f.join) + ", cookie " + (f.cookie ? std::to_string(*f.cookie) : std::string("inherited"));
     if (f.pin) s += ", pinned to PU " + std::to_string(*f.pin);
+    if (f.runtime) s += ", in the second runtime";
     if (f.stack) s += ", stack " + std::to_string(*f.stack / 1024) + " KiB";
     if (f.stack_use) s += ", uses " + std::to_string(f.stack_use / 1024) + " KiB";
     if (f.throws) s += ", throws";

@@ -71,6 +71,7 @@ struct FiberSpec {
   bool throws = false;       // ends by throwing its own exception
   LongWait long_wait = LongWait::none;
   std::vector<Op> ops;
+  int runtime = 0; // which of the program's runtimes it is spawned into (1 only with two)
 };
 
 struct Program {
@@ -93,6 +94,10 @@ struct Program {
   std::vector<Rival> rivals;
   int mutexes = 1;
   std::vector<int> semaphore_units;
+  /// Options::cpus of each runtime when the program has two, on cores of
+  /// their own (both empty: one runtime). Fibers spawn into either, from
+  /// either; pinned fibers and rivals stay in the first.
+  std::string cpus[2];
   /// One line: seed, topology, options, fiber and op counts.
   std::string describe() const;
   /// Every fiber and its operations, one line each (coresched-fuzz --print).
@@ -119,6 +124,7 @@ enum Feature : std::uint32_t {
   f_set_cookie = 1u << 14,
   f_detach = 1u << 15,     // detached children (else joined later)
   f_join_now = 1u << 16,   // joins right after spawn, which may run the child inline (else joined later)
+  f_runtimes = 1u << 17,   // a second runtime on cores of its own, fibers spawned across the two
 };
 /// Parses "stack,catch,..." into Feature bits; throws std::invalid_argument naming a bad one.
 std::uint32_t parse_features(const std::string& csv);
