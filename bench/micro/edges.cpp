@@ -67,8 +67,8 @@ int chain(const std::string& topology, long depth, bool alternate, bool json) {
                 depth, alternate ? "true" : "false", outcome.c_str(), deepest.load(), secs, max_map_count().c_str(),
                 json_str(error).c_str());
   else
-    std::printf("chain depth %ld (%s cookies): %s after %.3f s, deepest fiber %ld, vm.max_map_count %s%s%s\n", depth,
-                alternate ? "alternating" : "one", outcome.c_str(), secs, deepest.load(), max_map_count().c_str(),
+    std::printf("chain depth %ld (%s): %s after %.3f s, deepest fiber %ld, vm.max_map_count %s%s%s\n", depth,
+                alternate ? "alternating cookies" : "one cookie", outcome.c_str(), secs, deepest.load(), max_map_count().c_str(),
                 error.empty() ? "" : "\n  ", error.c_str());
   return 0;
 }
@@ -133,16 +133,30 @@ struct CrossOracle {
   std::atomic<std::uint64_t> overlaps{0}, checks{0};
 };
 
+// Two fibers of each cookie in each runtime, every one stamping `rounds` times.
+void run_tenants(std::vector<std::unique_ptr<Runtime>>& rts, CrossOracle& oracle, int rounds) {
+  const Cookie a = Cookie::create(), b = Cookie::create();
+  std::vector<JoinHandle<void>> hs;
+  for (std::size_t r = 0; r < rts.size(); ++r)
+    for (const Cookie c : {r % 2 ? b : a, r % 2 ? a : b})
+      for (int k = 0; k < 2; ++k)
+        hs.push_back(rts[r]->spawn([&, c] { oracle.run_stamped(c.value(), rounds); }, SpawnOptions{.cookie = c}));
+  for (auto& h : hs) h.join();
+}
+
 int runtimes_case(const std::string& topology, int rounds, bool json) {
   const Topology machine = Topology::discover(topology);
-  // The same cores: refused.
+  // The same cores: refused (or, where a runtime allowed it, what ran).
   std::string refusal;
+  CrossOracle same(machine);
   {
     Options o;
     o.topology = topology;
-    Runtime first(o);
+    std::vector<std::unique_ptr<Runtime>> rts;
+    rts.push_back(std::make_unique<Runtime>(o));
     try {
-      Runtime second(o);
+      rts.push_back(std::make_unique<Runtime>(o));
+      run_tenants(rts, same, rounds);
     } catch (const UsageError& e) {
       refusal = e.what();
     }
@@ -162,24 +176,21 @@ int runtimes_case(const std::string& topology, int rounds, bool json) {
       o.cpus = list;
       rts.push_back(std::make_unique<Runtime>(o));
     }
-    const Cookie a = Cookie::create(), b = Cookie::create();
-    std::vector<JoinHandle<void>> hs;
-    for (int r = 0; r < 2; ++r)
-      for (const Cookie c : {a, b})
-        for (int k = 0; k < 2; ++k)
-          hs.push_back(rts[static_cast<std::size_t>(r)]->spawn([&, c] { oracle.run_stamped(c.value(), rounds); },
-                                                              SpawnOptions{.cookie = c}));
-    for (auto& h : hs) h.join();
+    run_tenants(rts, oracle, rounds);
   }
   if (json)
-    std::printf("{\"case\":\"runtimes\",\"topology\":%s,\"same_cores_refused\":%s,\"split\":[%s,%s],\"overlaps\":%llu,"
-                "\"checks\":%llu}\n",
-                json_str(topology).c_str(), refusal.empty() ? "false" : "true", json_str(cpus[0]).c_str(),
+    std::printf("{\"case\":\"runtimes\",\"topology\":%s,\"same_cores_refused\":%s,\"same_cores_overlaps\":%llu,"
+                "\"split\":[%s,%s],\"overlaps\":%llu,\"checks\":%llu}\n",
+                json_str(topology).c_str(), refusal.empty() ? "false" : "true",
+                static_cast<unsigned long long>(same.overlaps.load()), json_str(cpus[0]).c_str(),
                 json_str(cpus[1]).c_str(), static_cast<unsigned long long>(oracle.overlaps.load()),
                 static_cast<unsigned long long>(oracle.checks.load()));
   else
-    std::printf("two runtimes on \"%s\": same cores %s; cores of their own (%s | %s): %llu overlaps in %llu checks\n",
-                topology.c_str(), refusal.empty() ? "ACCEPTED" : "refused", cpus[0].c_str(), cpus[1].c_str(),
+    std::printf("two runtimes on \"%s\": same cores %s (%llu overlaps in %llu checks); cores of their own (%s | %s): "
+                "%llu overlaps in %llu checks\n",
+                topology.c_str(), refusal.empty() ? "ACCEPTED" : "refused",
+                static_cast<unsigned long long>(same.overlaps.load()), static_cast<unsigned long long>(same.checks.load()),
+                cpus[0].c_str(), cpus[1].c_str(),
                 static_cast<unsigned long long>(oracle.overlaps.load()),
                 static_cast<unsigned long long>(oracle.checks.load()));
   return refusal.empty() ? 1 : 0;
