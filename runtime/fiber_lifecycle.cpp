@@ -337,11 +337,7 @@ void Worker::publish_running() {
   }
   restore_errno(); // the wake-ups made system calls
   check_isolation(self);
-  const std::uint64_t now = now_ns();
-  close_segment(now);
-  seg_open_ = true;
-  seg_cookie_ = self->cookie;
-  seg_start_ = now;
+  open_segment(self->cookie, now_ns());
 }
 
 } // namespace coresched::detail

@@ -546,9 +546,14 @@ void Worker::park(const WaitInfo& why) {
 // Out of line: a run of another cookie than the last is rare on the paths
 // that switch most (yield, spawn and join within one cookie), and its clock
 // read and call would cost every switch a heavier frame.
-__attribute__((noinline)) void Worker::open_segment(std::uint64_t cookie) {
-  const std::uint64_t now = now_ns();
-  close_segment(now);
+__attribute__((noinline)) void Worker::open_segment(std::uint64_t cookie) { open_segment(cookie, now_ns()); }
+
+// The segment's cookie, start and openness change only under stats_mu_, so a
+// snapshot (collect) can add the open segment's time so far: a cookie that
+// keeps its PU for ever is never closed, and read 0 ms while busy.
+void Worker::open_segment(std::uint64_t cookie, std::uint64_t now) {
+  std::lock_guard lk(stats_mu_);
+  close_segment_locked(now);
   seg_open_ = true;
   seg_cookie_ = cookie;
   seg_start_ = now;
@@ -557,6 +562,11 @@ __attribute__((noinline)) void Worker::open_segment(std::uint64_t cookie) {
 void Worker::close_segment(std::uint64_t now) {
   if (!seg_open_) return;
   std::lock_guard lk(stats_mu_);
+  close_segment_locked(now);
+}
+
+void Worker::close_segment_locked(std::uint64_t now) {
+  if (!seg_open_) return;
   auto& c = cookie_stats_[seg_cookie_];
   c.cpu_ns += now - seg_start_;
   c.runs += seg_runs_;
@@ -571,6 +581,12 @@ __attribute__((no_sanitize_thread)) Worker::View Worker::view() const noexcept {
 
 void Worker::collect(std::unordered_map<std::uint64_t, CookieStats>& cookies, WorkerStats& ws) {
   std::lock_guard lk(stats_mu_);
+  if (seg_open_) { // the run in progress counts up to now
+    const std::uint64_t now = now_ns();
+    auto& out = cookies[seg_cookie_];
+    out.cookie = Cookie::from_value(seg_cookie_);
+    out.cpu_ns += now > seg_start_ ? now - seg_start_ : 0;
+  }
   for (auto& [cookie, c] : cookie_stats_) {
     auto& out = cookies[cookie];
     out.cookie = Cookie::from_value(cookie);

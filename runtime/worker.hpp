@@ -277,7 +277,9 @@ private:
   [[noreturn]] static void fiber_fail_main(ctx::transfer_t t);
   [[noreturn]] static void fiber_loop();
   void open_segment(std::uint64_t cookie);
+  void open_segment(std::uint64_t cookie, std::uint64_t now);
   void close_segment(std::uint64_t now);
+  void close_segment_locked(std::uint64_t now);
   void trace_run(const Fiber* f) noexcept;
   void enter_forced_idle(const Pick& p);
   bool handover_due() const noexcept;
@@ -350,9 +352,10 @@ private:
 
   // Per-cookie CPU time is charged in segments that end only when the cookie
   // on this PU changes or it idles, so same-cookie switches read no clock.
+  // Cookie, start and openness are written under stats_mu_ (open_segment).
   std::uint64_t seg_cookie_ = 0;
   std::uint64_t seg_start_ = 0;
-  std::uint64_t seg_runs_ = 0;
+  std::uint64_t seg_runs_ = 0; // this worker's alone: counted into the books when the segment closes
   bool seg_open_ = false;
 
   bool idle_ = false; // in the idle loop (published through the scheduler's placement index)
