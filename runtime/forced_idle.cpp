@@ -33,8 +33,12 @@ namespace {
 constexpr std::uint64_t kReadyMarginNs = 10'000; // woken this much before the expected wake-up latency ends
 } // namespace
 
+// The span's state changes under stats_mu_, so that a snapshot (collect)
+// counts a forced idle in progress: beside an owner that runs on, it never
+// ends, and read as none.
 void Worker::enter_forced_idle(const Pick& p) {
   if (forced_) return;
+  std::lock_guard lk(stats_mu_);
   forced_ = true;
   forced_since_ = now_ns();
   forced_wanted_ = p.wanted;
@@ -71,7 +75,6 @@ bool Worker::await_handover() noexcept {
 
 void Worker::leave_forced_idle() {
   if (!forced_) return;
-  forced_ = false;
   stop_owner_at_ = 0;
   sib_->spin_until.store(0, std::memory_order_relaxed);
   // Leaving forced idle while the cookie it waited behind still owns the
@@ -88,6 +91,7 @@ void Worker::leave_forced_idle() {
   std::lock_guard lk(stats_mu_);
   cookie_stats_[forced_wanted_].suffered_ns += span;
   cookie_stats_[forced_blocker_].caused_ns += span;
+  forced_ = false;
 }
 
 void Worker::trace_handover(const Pick& p) noexcept {

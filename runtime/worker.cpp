@@ -581,11 +581,20 @@ __attribute__((no_sanitize_thread)) Worker::View Worker::view() const noexcept {
 
 void Worker::collect(std::unordered_map<std::uint64_t, CookieStats>& cookies, WorkerStats& ws) {
   std::lock_guard lk(stats_mu_);
+  const std::uint64_t now = now_ns();
   if (seg_open_) { // the run in progress counts up to now
-    const std::uint64_t now = now_ns();
     auto& out = cookies[seg_cookie_];
     out.cookie = Cookie::from_value(seg_cookie_);
     out.cpu_ns += now > seg_start_ ? now - seg_start_ : 0;
+  }
+  if (forced_) { // and so does a forced idle in progress (forced_idle.cpp)
+    const std::uint64_t span = now > forced_since_ ? now - forced_since_ : 0;
+    auto& wanted = cookies[forced_wanted_];
+    wanted.cookie = Cookie::from_value(forced_wanted_);
+    wanted.forced_idle_suffered_ns += span;
+    auto& blocker = cookies[forced_blocker_];
+    blocker.cookie = Cookie::from_value(forced_blocker_);
+    blocker.forced_idle_caused_ns += span;
   }
   for (auto& [cookie, c] : cookie_stats_) {
     auto& out = cookies[cookie];

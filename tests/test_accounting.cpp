@@ -76,3 +76,36 @@ TEST_CASE("stats count the run in progress of a cookie that keeps its core", "[s
   for (auto& h : hs) h.join();
   CHECK(close);
 }
+
+TEST_CASE("stats count a forced idle in progress", "[stats][accounting]") {
+  // Cookie a's fiber runs 400 ms without a preemption point on one sibling;
+  // cookie b's fiber waits on the core, so the other sibling stays forced idle
+  // throughout, a span that ends only when a stops.
+  Options o = topo("core:1 pu:2");
+  o.stall_threshold = std::chrono::milliseconds(0);
+  Runtime rt(o);
+  const Cookie a = Cookie::create(), b = Cookie::create();
+  std::atomic<bool> a_runs{false}, b_ran{false};
+  auto ha = rt.spawn([&] {
+    a_runs.store(true);
+    const auto until = Clock::now() + std::chrono::milliseconds(400);
+    while (Clock::now() < until) {
+    }
+  }, SpawnOptions{.cookie = a, .pin_to_pu = 0});
+  while (!a_runs.load()) std::this_thread::yield();
+  auto hb = rt.spawn([&] { b_ran.store(true); }, SpawnOptions{.cookie = b, .pin_to_pu = 1});
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const Stats st = rt.stats();
+  const bool still_waiting = !b_ran.load();
+  ha.join();
+  hb.join();
+  REQUIRE(still_waiting); // else a stopped early: nothing to check
+  std::uint64_t suffered = 0, caused = 0;
+  for (const auto& cs : st.cookies) {
+    if (cs.cookie == b) suffered = cs.forced_idle_suffered_ns;
+    if (cs.cookie == a) caused = cs.forced_idle_caused_ns;
+  }
+  INFO("b suffered " << suffered / 1000000 << " ms, a caused " << caused / 1000000 << " ms, 200 ms after b arrived");
+  CHECK(suffered > 100'000'000);
+  CHECK(caused == suffered);
+}
