@@ -7,8 +7,11 @@
 //
 // Where the fibers are found (stack_header.hpp): a started fiber owns a
 // stack, and every mapped stack is listed; its header names the fiber on it.
-// A fiber that never ran is in a run queue. The list of stacks is locked for
-// the whole walk, so no stack is unmapped while its frames are read.
+// A fiber that never ran is in a run queue. The list of stacks is locked only
+// to copy the headers: a worker mapping a stack for a fiber's first run waits
+// for that lock, and while a dump symbolized and wrote under it each such
+// worker waited for a whole dump (a thread dumping every 0.5 ms stretched a
+// runtime's shutdown to seconds, and caused false stall reports).
 #include "core_coordinator.hpp"
 #include "scheduler.hpp"
 #include "worker.hpp"
@@ -23,7 +26,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 namespace coresched::detail {
 
@@ -55,8 +60,8 @@ std::string duration(std::uint64_t ns) {
 // directly. It is copied with process_vm_readv on this very process, a system
 // call that answers EFAULT for memory no longer mapped instead of faulting,
 // and that no sanitizer checks (ASan aborted on such a read of a recycled
-// record: helper-3's probe, 11 of 11 runs). Where the call is refused (a
-// seccomp filter), plain unchecked loads, as before.
+// record, every run). Where the call is refused (a seccomp filter), plain
+// unchecked loads, as before.
 __attribute__((no_sanitize_thread, no_sanitize_address)) bool peek_bytes(void* to, const void* from,
                                                                         std::size_t n) noexcept {
   iovec local{to, n}, remote{const_cast<void*>(from), n};
@@ -73,6 +78,18 @@ __attribute__((no_sanitize_thread, no_sanitize_address)) bool peek_bytes(void* t
 }
 
 template <class T> bool peek(T& to, const void* from) noexcept { return peek_bytes(&to, from, sizeof(T)); }
+
+// Whether a peek fails rather than faults on memory that is not mapped: then
+// a stack may be read after the list's lock is let go (an unmapped one reads
+// as nothing). Plain loads, the fallback, must read under the lock.
+bool peeks_are_checked() noexcept {
+  static const bool checked = [] {
+    long from = 1, to = 0;
+    iovec local{&to, sizeof to}, remote{&from, sizeof from};
+    return ::process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof to);
+  }();
+  return checked;
+}
 
 // What the dump shows of a fiber, copied out of its record field by field
 // (each a moment's value; the fiber may be elsewhere by the next).
@@ -133,10 +150,6 @@ public:
     static const Dwfl_Callbacks callbacks = {dwfl_linux_proc_find_elf, dwfl_standard_find_debuginfo, nullptr,
                                              &debuginfo_path};
     dwfl_ = dwfl_begin(&callbacks);
-    if (dwfl_ && (dwfl_linux_proc_report(dwfl_, getpid()) != 0 || dwfl_report_end(dwfl_, nullptr, nullptr) != 0)) {
-      dwfl_end(dwfl_);
-      dwfl_ = nullptr;
-    }
   }
   ~Symbolizer() {
     if (dwfl_) dwfl_end(dwfl_);
@@ -144,10 +157,19 @@ public:
   Symbolizer(const Symbolizer&) = delete;
   Symbolizer& operator=(const Symbolizer&) = delete;
 
+  // Reads the process's modules (again: libraries come and go); a module
+  // still mapped where it was keeps the tables already loaded for it.
+  void report() {
+    ok_ = false;
+    if (!dwfl_) return;
+    dwfl_report_begin(dwfl_);
+    ok_ = dwfl_linux_proc_report(dwfl_, getpid()) == 0 && dwfl_report_end(dwfl_, nullptr, nullptr) == 0;
+  }
+
   // `ret` is a return address: the call is the instruction before it.
   std::string name(std::uintptr_t ret) {
     const Dwarf_Addr pc = ret - 1;
-    Dwfl_Module* m = dwfl_ ? dwfl_addrmodule(dwfl_, pc) : nullptr;
+    Dwfl_Module* m = ok_ ? dwfl_addrmodule(dwfl_, pc) : nullptr;
     if (!m) return "?";
     std::string out;
     if (const char* sym = dwfl_module_addrname(m, pc)) {
@@ -172,7 +194,25 @@ public:
 
 private:
   Dwfl* dwfl_ = nullptr;
+  bool ok_ = false;
 };
+
+// The process's dumps share one symbolizer, taking turns (libdw is not
+// thread-safe). Made afresh for each dump, it read the ELF files and line
+// tables again every time: tens of ms of a CPU for a program with debug
+// information, and mapping and unmapping those files took the address-space
+// lock that a worker mapping a fiber's stack waits for. Never destroyed: a
+// dump may run while the process exits.
+struct SharedSymbolizer {
+  std::mutex mu;
+  Symbolizer sym;
+  const pid_t pid = getpid();
+};
+
+SharedSymbolizer& shared_symbolizer() {
+  static auto* s = new SharedSymbolizer;
+  return *s;
+}
 
 // One word of another fiber's stack, by peek like the records: the bounds
 // come from the fiber's record (its stack base) and from registers its code
@@ -187,39 +227,73 @@ std::uintptr_t word(const char* at) noexcept {
 // Whether [p, p + n) lies in [lo, hi), p 8-aligned. In integers: p may be
 // any value a register held (rbp in code without frame pointers), and
 // p + n on a pointer near the top of the address space wrapped to a small
-// one that passed "p + 16 > hi" (a SIGSEGV on rbp = -8, helper-3).
+// one that passed "p + 16 > hi" (a SIGSEGV on rbp = -8).
 bool within(const char* p, std::size_t n, const char* lo, const char* hi) noexcept {
   const auto a = reinterpret_cast<std::uintptr_t>(p), l = reinterpret_cast<std::uintptr_t>(lo),
              h = reinterpret_cast<std::uintptr_t>(hi);
   return a != 0 && a % 8 == 0 && a >= l && h >= n && a <= h - n;
 }
 
-// The frames of a switched-out fiber, by frame pointer, never leaving [lo, hi)
-// (its stack): code built without frame pointers makes the walk skip frames
-// or end early, never read outside the stack. A parked fiber's walk starts at
-// Worker::park's frame (`frame`: [frame] is the caller's rbp, [frame+8] the
-// return address into it); otherwise at the saved context, where
-// Boost.Context's jump_fcontext leaves rbp at +0x30 and its return address
-// at +0x38 (x86-64 System V).
-__attribute__((no_sanitize_thread, no_sanitize_address)) void print_frames(std::FILE* out, Symbolizer& sym, const void* context, const void* frame, const char* lo,
-                  const char* hi) {
+// The return addresses of a switched-out fiber, by frame pointer, never
+// leaving [lo, hi) (its stack): code built without frame pointers makes the
+// walk skip frames or end early, never read outside the stack. A parked
+// fiber's walk starts at Worker::park's frame (`frame`: [frame] is the
+// caller's rbp, [frame+8] the return address into it); otherwise at the
+// saved context, where Boost.Context's jump_fcontext leaves rbp at +0x30 and
+// its return address at +0x38 (x86-64 System V). Empty: no saved frame.
+__attribute__((no_sanitize_thread, no_sanitize_address)) std::vector<std::uintptr_t>
+collect_frames(const void* context, const void* frame, const char* lo, const char* hi) {
+  std::vector<std::uintptr_t> pcs;
   const auto* start = static_cast<const char*>(frame ? frame : context);
   const std::size_t need = frame ? 16 : 0x40;
-  if (!within(start, need, lo, hi)) {
-    std::fputs("      (no saved frame on its stack)\n", out);
-    return;
-  }
+  if (!within(start, need, lo, hi)) return pcs;
   std::uintptr_t ip = frame ? word(start + 8) : word(start + 0x38);
   auto fp = reinterpret_cast<const char*>(frame ? word(start) : word(start + 0x30));
   const char* floor = start;
-  for (int depth = 0; depth < 32 && ip; ++depth) {
-    std::fprintf(out, "      #%-2d %#014lx %s\n", depth, static_cast<unsigned long>(ip), sym.name(ip).c_str());
+  while (pcs.size() < 32 && ip) {
+    pcs.push_back(ip);
     // Callers' frames lie above (the stack grows down): stop at anything else.
-    if (!within(fp, 16, floor, hi)) return;
+    if (!within(fp, 16, floor, hi)) break;
     ip = word(fp + 8);
     floor = fp + 16;
     fp = reinterpret_cast<const char*>(word(fp));
   }
+  return pcs;
+}
+
+// One stack's header as the walk copied it, under the list's lock.
+struct HeaderCopy {
+  const StackHeader* header;
+  const Fiber* owner;
+  WaitInfo wait;
+};
+
+// What the dump prints of one started fiber: the chain on its stack (the
+// innermost last; those before it join it inline), its wait, its frames.
+struct StackFacts {
+  std::vector<FiberFacts> chain;
+  WaitInfo wait;
+  std::vector<std::uintptr_t> frames;
+  std::vector<std::string> names; // of `frames`
+  bool walked = false; // switched out with its context saved: `frames` were looked for
+};
+
+// Reads the fibers on one stack and their frames. All by peek: the records
+// may be recycled, and the stack unmapped, while this runs.
+StackFacts read_stack(const HeaderCopy& h) {
+  StackFacts s;
+  s.wait = h.wait;
+  s.chain.push_back(read_fiber(h.owner));
+  while (s.chain.size() < 256 && s.chain.back().ok && s.chain.back().inline_child)
+    s.chain.push_back(read_fiber(s.chain.back().inline_child));
+  const FiberFacts& f = s.chain.back();
+  const bool parked = f.state == FiberState::parked || f.state == FiberState::parking;
+  if (f.ok && f.state != FiberState::running && f.context_saved) {
+    s.walked = true;
+    s.frames = collect_frames(f.context, parked ? s.wait.frame : nullptr, f.stack_base,
+                              reinterpret_cast<const char*>(h.header));
+  }
+  return s;
 }
 
 } // namespace
@@ -228,7 +302,6 @@ __attribute__((no_sanitize_thread, no_sanitize_address)) void print_frames(std::
 // synchronising with this reader, by design: TSan is told not to look.
 __attribute__((no_sanitize_thread)) void Scheduler::dump(std::FILE* out) {
   const std::uint64_t now = now_ns();
-  Symbolizer sym;
   std::fprintf(out, "=== coresched fiber dump (pid %d): %zu cores, %zu workers, %llu live fibers%s ===\n",
                static_cast<int>(getpid()), cores_.size(), workers_.size(),
                static_cast<unsigned long long>(live_fibers()), stopping() ? ", shutting down" : "");
@@ -286,44 +359,66 @@ __attribute__((no_sanitize_thread)) void Scheduler::dump(std::FILE* out) {
       std::fprintf(out, "    ... and %zu more queued\n", snap.queued_total - snap.queued.size());
   }
 
-  std::size_t started = 0;
+  // Under the list's lock only the headers are copied (plain loads: a
+  // listed stack stays mapped), and, where peeks could fault, the fibers
+  // and frames too; symbolizing and writing come after it.
+  std::vector<HeaderCopy> headers;
+  std::vector<StackFacts> stacks;
+  const bool checked = peeks_are_checked();
   const bool listed = shared_stacks_.for_each_stack(
       [&](const StackHeader& h) __attribute__((no_sanitize_thread)) {
-        // Plain loads into locals here, where TSan is told not to look (the
-        // helpers below take references and would be instrumented).
-        const WaitInfo wait{h.wait.kind, h.wait.what, h.wait.object, h.wait.arg, h.wait.since_ns, h.wait.frame};
+        // Plain loads into locals here, where TSan is told not to look.
         const Fiber* owner = h.running.load(std::memory_order_acquire);
         if (!owner) return; // pooled
-        // The innermost fiber on the stack is the one that runs or waits;
-        // the joiners below it wait for it inline.
-        std::vector<FiberFacts> chain{read_fiber(owner)};
-        while (chain.size() < 256 && chain.back().ok && chain.back().inline_child)
-          chain.push_back(read_fiber(chain.back().inline_child));
-        const FiberFacts& f = chain.back();
-        started += chain.size();
-        if (!f.ok) {
-          std::fputs("fiber (ended while this dump read it)\n", out);
-          return;
-        }
-        const FiberState st = f.state;
-        const bool parked = st == FiberState::parked || st == FiberState::parking;
-        const std::uint64_t since = wait.since_ns > now ? now : wait.since_ns;
-        std::string line = fmt::format("fiber {} cookie {} {}", f.id, cookie_name(f.cookie), state_name(st));
-        if (st == FiberState::running) line += fmt::format(" on worker {}", f.last_worker);
-        else line += fmt::format(", last on worker {}", f.last_worker);
-        if (f.pinned != kNotPinned) line += fmt::format(", pinned to PU {}", f.pinned);
-        if (parked) line += fmt::format(", waiting {} for {}", duration(now - since), describe_wait(wait, now));
-        std::fprintf(out, "%s\n", line.c_str());
-        for (auto p = chain.rbegin() + 1; p != chain.rend(); ++p)
-          std::fprintf(out, "    below it on the same stack: fiber %llu cookie %s, joining it inline\n",
-                       static_cast<unsigned long long>(p->id), cookie_name(p->cookie).c_str());
-        // The record's fields and the stack's words (print_frames) both
-        // come by peek: the bounds of the walk come from the record.
-        if (st != FiberState::running && f.context_saved)
-          print_frames(out, sym, f.context, parked ? wait.frame : nullptr, f.stack_base,
-                       reinterpret_cast<const char*>(&h));
+        const HeaderCopy copy{&h, owner, {h.wait.kind, h.wait.what, h.wait.object, h.wait.arg, h.wait.since_ns,
+                                          h.wait.frame}};
+        if (checked) headers.push_back(copy);
+        else stacks.push_back(read_stack(copy));
       },
       100);
+  for (const HeaderCopy& h : headers) stacks.push_back(read_stack(h));
+
+  // Frames are named before anything is written: a dump writing to a pipe
+  // nobody reads must not keep the other dumps from the symbolizer. A forked
+  // child's dumps do not share the parent's: another thread of the parent
+  // may have held its lock at the fork.
+  {
+    SharedSymbolizer& shared = shared_symbolizer();
+    std::unique_lock<std::mutex> sym_lock;
+    std::unique_ptr<Symbolizer> own;
+    if (shared.pid == getpid()) sym_lock = std::unique_lock(shared.mu);
+    else own = std::make_unique<Symbolizer>();
+    Symbolizer& sym = own ? *own : shared.sym;
+    sym.report();
+    for (StackFacts& s : stacks)
+      for (const std::uintptr_t pc : s.frames) s.names.push_back(sym.name(pc));
+  }
+
+  std::size_t started = 0;
+  for (const StackFacts& s : stacks) {
+    const FiberFacts& f = s.chain.back();
+    started += s.chain.size();
+    if (!f.ok) {
+      std::fputs("fiber (ended while this dump read it)\n", out);
+      continue;
+    }
+    const FiberState st = f.state;
+    const bool parked = st == FiberState::parked || st == FiberState::parking;
+    const std::uint64_t since = s.wait.since_ns > now ? now : s.wait.since_ns;
+    std::string line = fmt::format("fiber {} cookie {} {}", f.id, cookie_name(f.cookie), state_name(st));
+    if (st == FiberState::running) line += fmt::format(" on worker {}", f.last_worker);
+    else line += fmt::format(", last on worker {}", f.last_worker);
+    if (f.pinned != kNotPinned) line += fmt::format(", pinned to PU {}", f.pinned);
+    if (parked) line += fmt::format(", waiting {} for {}", duration(now - since), describe_wait(s.wait, now));
+    std::fprintf(out, "%s\n", line.c_str());
+    for (auto p = s.chain.rbegin() + 1; p != s.chain.rend(); ++p)
+      std::fprintf(out, "    below it on the same stack: fiber %llu cookie %s, joining it inline\n",
+                   static_cast<unsigned long long>(p->id), cookie_name(p->cookie).c_str());
+    if (s.walked && s.frames.empty()) std::fputs("      (no saved frame on its stack)\n", out);
+    for (std::size_t depth = 0; depth < s.frames.size(); ++depth)
+      std::fprintf(out, "      #%-2zu %#014lx %s\n", depth, static_cast<unsigned long>(s.frames[depth]),
+                   s.names[depth].c_str());
+  }
   if (!listed) std::fputs("[the list of stacks stayed locked for 100 ms: started fibers not listed]\n", out);
   else std::fprintf(out, "=== %zu started fibers listed ===\n", started);
   std::fflush(out);
