@@ -167,24 +167,31 @@ int main(int argc, char** argv) {
     }, cs::SpawnOptions{.cookie = tenant_a});
   auto sleeper = rt.spawn([] { sleep_an_hour(); }, cs::SpawnOptions{.cookie = tenant_b});
   auto joiner = rt.spawn([&] { join_the_reader(reader, reader_started); }, cs::SpawnOptions{.cookie = tenant_a});
+
+  // Waits (bounded) until the dump shows `fibers` parked, and the waits of the first six; false after 10 s.
+  const std::string want_join = "join of fiber " + std::to_string(reader.id());
+  const std::string want_read = "io read on fd " + std::to_string(fds[0]);
+  std::string d;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto parked_in_dump = [&](std::size_t fibers) {
+    while (std::chrono::steady_clock::now() < give_up) {
+      d = dump_text(rt);
+      std::size_t parked = 0;
+      for (std::size_t at = 0; (at = d.find(" parked, ", at)) != std::string::npos; ++at) ++parked;
+      if (parked >= fibers && has(d, want_join) && has(d, want_read) && has(d, "Mutex at 0x") && has(d, "sleep, "))
+        return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return false;
+  };
+  // The inline parent starts once the others wait: a join is a preemption point, and with a fiber of cookie B
+  // still queued on its core the parent would park in a plain join instead of running its child inline.
+  bool ready = parked_in_dump(6);
   auto inline_parent =
       rt.spawn([&] { join_inline_child(never); }, cs::SpawnOptions{.cookie = tenant_a, .pin_to_pu = 0});
   stuck_ids = {holder.id(), mutex_waiter.id(), event_waiter.id(), reader.id(), sleeper.id(), joiner.id(),
                inline_parent.id()};
-
-  // Wait (bounded) until the dump shows every wait; then every fiber is parked.
-  const std::string want_join = "join of fiber " + std::to_string(stuck_ids.reader);
-  const std::string want_read = "io read on fd " + std::to_string(fds[0]);
-  std::string d;
-  bool ready = false;
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!ready && std::chrono::steady_clock::now() < give_up) {
-    d = dump_text(rt);
-    std::size_t parked = 0;
-    for (std::size_t at = 0; (at = d.find(" parked, ", at)) != std::string::npos; ++at) ++parked;
-    ready = parked >= 7 && has(d, want_join) && has(d, want_read) && has(d, "Mutex at 0x") && has(d, "sleep, ");
-    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  ready = ready && parked_in_dump(7);
   if (!ready) {
     std::fprintf(stderr, "stuck: the fibers did not all park within 10 s; last dump:\n%s", d.c_str());
     std::fflush(stderr);
