@@ -95,13 +95,15 @@ void Worker::wait_for_stack(Fiber* f) {
 void Worker::fiber_fail_main(ctx::transfer_t t) {
   Worker::current()->after_resume(t.fctx);
   Fiber* f = Worker::current()->current_;
-  const std::string what = "coresched: fiber " + std::to_string(f->id) + " never ran: no memory for its " +
-                           std::to_string(mapped_stack_bytes(f->stack_size) / 1024) +
-                           " KiB stack (mmap failed) and no fiber finished for a second to free one; each "
-                           "started fiber holds two kernel mappings: raise vm.max_map_count (sysctl) or keep "
-                           "fewer fibers started at once";
-  log().error("{}", what);
-  f->join->task()->fail(std::make_exception_ptr(StackError(what)));
+  { // destroyed before the loop below, which never returns
+    const std::string what = "coresched: fiber " + std::to_string(f->id) + " never ran: no memory for its " +
+                             std::to_string(mapped_stack_bytes(f->stack_size) / 1024) +
+                             " KiB stack (mmap failed) and no fiber finished for a second to free one; each "
+                             "started fiber holds two kernel mappings: raise vm.max_map_count (sysctl) or keep "
+                             "fewer fibers started at once";
+    log().error("{}", what);
+    f->join->task()->fail(std::make_exception_ptr(StackError(what)));
+  }
   complete(f, false);
   run_next_after(f);
   fiber_loop();
