@@ -260,10 +260,10 @@ Pick CoreCoordinator::pick_locked(unsigned s, WakeList& wakes) {
   std::uint64_t want = 0;
   std::uint64_t kept_until = 0;
   if (!choose_cookie(elsewhere, want, kept_until)) return stop_and_idle(s, elsewhere, wakes);
-  // The owner kept only for the rest of its least turn while another cookie
-  // leads: this sibling picks again at its first preemption point after the
-  // least turn (repick_at, Worker::preempt), and that pick hands the core
-  // over. The earlier points run on without the lock: re-picking at each
+  // The owner kept while another cookie waits, for the rest of its least
+  // turn or until the waiting one leads: this sibling picks again at its
+  // first preemption point after that (repick_at, Worker::preempt), and that
+  // pick hands the core over. The earlier points run on without the lock: re-picking at each
   // of them (until session 32) had both siblings take the core lock every
   // few hundred ns for the rest of the turn.
   // (A stale repick_at is harmless: every other request clears it.)

@@ -84,10 +84,12 @@ struct Sibling {
   RunQueue queue;       // guarded by the core lock
   std::atomic<std::uint64_t> running{kNoCookie}; // published cookie; written under the lock
   std::atomic<bool> preempt{false};     // asks the running fiber to yield at its next preempt_point (ask_preempt)
-  // Set with `preempt` by a pick that kept the owner only for the rest of its
-  // least turn (pick_locked): a preemption point before this time (ns) runs
-  // on without the lock (Worker::preempt). 0: none. Any other request clears
-  // it (ask_preempt).
+  // Set with `preempt` when the owner keeps the core only until a waiting
+  // cookie is due: by a pick that kept it for the rest of its least turn, or
+  // while the waiting one does not lead yet (pick_locked), and by an arrival
+  // that does not lead yet (preempt_owner_for). A preemption point before
+  // this time (ns) runs on without the lock (Worker::preempt). 0: none. Any
+  // other request clears it (ask_preempt).
   std::atomic<std::uint64_t> repick_at{0};
   std::atomic<bool> wake_waits{false};  // a fiber woken here waits for the next tick to preempt the runner (Arrival::collected)
   std::atomic<std::uint32_t> wake_word{0}; // bumped on every wake-up, re-checked before sleeping
@@ -328,11 +330,13 @@ private:
   void place(CookieEntry& e, bool carried = false);
   std::uint64_t other_running(unsigned s) const noexcept;
   /// The cookie the core runs next (false: none is runnable). `kept_until`
-  /// is set to the end of the owner's least turn (ns) when the owner is kept
-  /// only for the rest of it while another cookie leads; left alone otherwise.
+  /// is set when the owner is kept while another cookie waits: to the end of
+  /// the owner's least turn (ns) if that cookie leads, else to when it will
+  /// lead (leads_at); left alone otherwise.
   bool choose_cookie(std::uint64_t running, std::uint64_t& out, std::uint64_t& kept_until);
   bool prefer(const CookieEntry& a, const CookieEntry& b) const noexcept;
   bool leads(const CookieEntry& a, const CookieEntry& owner) const noexcept;
+  std::uint64_t leads_at(const CookieEntry& a, const CookieEntry& owner) const noexcept;
   static constexpr unsigned kMinTurnShift = 3; // a turn's least length: granularity >> this
   void preempt_owner_for(std::uint64_t cookie);
   void checkpoint(std::uint64_t now);

@@ -189,6 +189,10 @@ bool CoreCoordinator::choose_cookie(std::uint64_t running, std::uint64_t& out, s
   // (`kept_until`, pick_locked).
   if (cur && best != cur) {
     if (!leads(*best, *cur)) {
+      // Kept while `best` waits: nothing else times when it leads (see
+      // preempt_owner_for), so this sibling picks again at its first
+      // preemption point after that.
+      kept_until = leads_at(*best, *cur);
       best = cur;
     } else if (running == owner_ && last_checkpoint_ - turn_start_ < (cfg_.granularity_ns >> kMinTurnShift)) {
       best = cur; // young
@@ -247,7 +251,36 @@ void CoreCoordinator::preempt_owner_for(std::uint64_t cookie) {
   // runnable == 1: it has just arrived (count_queued placed it, the books
   // current); one that was already waiting has its turn timed already.
   if (!e || !own || e->runnable != 1) return;
-  if (leads(*e, *own)) request_stop(owner_);
+  if (leads(*e, *own)) return request_stop(owner_);
+  // It does not lead yet (a cookie new to the core has no sleeper credit): it
+  // leads once the owner has run the granularity longer, and the siblings
+  // running the owner pick again at their first preemption point after that
+  // (Sibling::repick_at, one clock read per point until then). Left to the
+  // slice ticker, the turn ended only when a runner had gone a whole slice
+  // without switching, and later when the ticker's thread, which shares the
+  // busy CPUs, woke late: arrivals of fresh cookies beside a busy owner
+  // waited 1.4-1.6 slices (p50) and 4.4-8 (p99) from spawn() to their first
+  // instruction (coresched-arrival-bench).
+  const std::uint64_t due = leads_at(*e, *own);
+  for (auto& sp : siblings_) {
+    if (sp->running.load(std::memory_order_relaxed) != owner_) continue;
+    const std::uint64_t at = sp->repick_at.load(std::memory_order_relaxed);
+    if (sp->preempt.load(std::memory_order_relaxed) && (at == 0 || at <= due)) continue; // asked as soon already
+    sp->repick_at.store(due, std::memory_order_relaxed);
+    sp->preempt.store(true, std::memory_order_release); // after repick_at: see Sibling::ask_preempt
+  }
+}
+
+// The first instant at which `a` leads `owner` (leads()), the books current
+// (last_checkpoint_ is now): only the moving side moves, with wall time (the
+// owner's vruntime, or the waiters' wait), so it is exact while nothing else
+// changes. One past the granularity: leads() compares strictly.
+std::uint64_t CoreCoordinator::leads_at(const CookieEntry& a, const CookieEntry& owner) const noexcept {
+  const auto gran = static_cast<std::int64_t>(cfg_.granularity_ns);
+  const std::int64_t left = cfg_.policy == FairnessPolicy::core_vruntime
+                                ? static_cast<std::int64_t>(a.vruntime - owner.vruntime) + gran
+                                : owner.waited + gran - a.waited;
+  return last_checkpoint_ + static_cast<std::uint64_t>(std::max<std::int64_t>(left, 0)) + 1;
 }
 
 std::uint64_t CoreCoordinator::turn_due_locked(unsigned s) const noexcept {

@@ -169,6 +169,11 @@ std::uint64_t CoreSim::wake_latency() noexcept {
   return rng_.chance(0.02) ? rng_.range(90 * kUs, 300 * kUs) : rng_.range(5 * kUs, 90 * kUs);
 }
 
+std::uint64_t CoreSim::tick_lateness() noexcept {
+  if (tick_late_max == 0) return 0;
+  return rng_.chance(0.1) ? rng_.range(0, tick_late_max) : rng_.range(0, std::min<std::uint64_t>(50 * kUs, tick_late_max));
+}
+
 std::uint64_t CoreSim::length(std::uint64_t mean, bool exact) noexcept { return exact ? mean : rng_.exp(mean); }
 
 std::uint64_t CoreSim::notice_latency(const SimFiber& f) noexcept { return rng_.range(0, f.spec.pp_gap); }
@@ -237,7 +242,7 @@ void CoreSim::want_fine_ticks() {
     next_tick_ = g_now + kTick;
     return;
   }
-  next_tick_ = last_tick_ + kTick * ((g_now - last_tick_) / kTick + 1);
+  next_tick_ = last_tick_ + kTick * ((g_now - last_tick_) / kTick + 1) + tick_lateness();
 }
 
 // Worker::yield: requeue_locked, then pick_locked, under one lock.
@@ -479,7 +484,8 @@ void CoreSim::tick() {
     next_tick_ = kNever;
     return;
   }
-  next_tick_ += kTick * (tick_fine_ ? 1 : 4);
+  // Ticker::run counts the next period from when this tick ran.
+  next_tick_ = g_now + kTick * (tick_fine_ ? 1 : 4) + tick_lateness();
 }
 
 void CoreSim::run_until(std::uint64_t t_end) {

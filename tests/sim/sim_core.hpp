@@ -40,6 +40,8 @@
 //   (Scheduler::wake_helper).
 // - Every lock section is instantaneous and they are serialised, as the core
 //   lock makes them.
+// - The ticker's own wake-ups may come late (tick_late_max): it is a thread
+//   on the CPUs the busy workers hold.
 // - Not modelled: other cores (no stealing, no placement index: a woken fiber
 //   goes to its pinned PU, its last PU or a random one), I/O, spawns from
 //   fibers, run_inline joins, stall reports.
@@ -150,6 +152,11 @@ public:
   /// Model Worker::leave_forced_idle's request for fine ticks (off: to
   /// measure what it is for).
   bool fine_ticks_on_leave = true;
+  /// The ticker is a thread like any other: where the busy workers hold
+  /// every CPU, the kernel runs its timer wake-up late, ms late at times
+  /// (the wake-up granularity). > 0: each tick comes 0-50 us late, and one in
+  /// ten up to this late. 0: on time.
+  std::uint64_t tick_late_max = 0;
   /// Per-slice ownership of cookies `a` and `b` from now on, for window checks.
   void track_pair(std::uint64_t a, std::uint64_t b);
   /// (b): over every window of `window` slices tracked so far, both shares in
@@ -236,6 +243,7 @@ private:
   void schedule_notices();
   void set_idle(unsigned s, bool on);
   std::uint64_t wake_latency() noexcept;
+  std::uint64_t tick_lateness() noexcept;
   std::uint64_t notice_latency(const SimFiber& f) noexcept;
   std::uint64_t length(std::uint64_t mean, bool exact) noexcept; // a run, sleep or storm length
   void trace(unsigned pu, int what, int fiber);
