@@ -2,8 +2,13 @@
 // The runtimes alive in this process, found from outside the scheduler: by
 // the dump signal (a thread that must reach every runtime asking for dumps)
 // and by debuggers. tools/gdb/coresched.py reads the list through the symbol
-// `coresched_debug_runtimes` in a live process or a core file, so its layout
-// is kept plain and in step with that script.
+// `coresched_debug_runtimes` in a live process or a core file.
+//
+// Where it has no type information (a build without -g, a stripped program)
+// the extension takes the records' layout from `coresched_debug_layout`, a
+// table the compiler fills with this build's offsets and sizes: a layout
+// written into the extension by hand went stale as the records changed (on
+// a Release build no fiber showed as parked, and none had a backtrace).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +28,28 @@ struct coresched_debug_runtime {
 };
 /// Head of the list; changed only under the registry's lock.
 extern coresched_debug_runtime* coresched_debug_runtimes;
+
+/// Where one field lies, named as the gdb extension names it ("f.id": Fiber::id;
+/// "rt." coresched_debug_runtime, "sh." StackHeader, "wi." WaitInfo, "f." Fiber).
+struct coresched_debug_field {
+  char name[24];         // NUL-terminated
+  std::uint32_t offset;  // bytes from the start of its record
+  std::uint16_t size;    // bytes
+  std::uint16_t is_signed;
+};
+/// The records' layout in this build. Plain bytes, no pointers: a debugger
+/// reads it from a core file too (through the program's file).
+struct coresched_debug_layout_table {
+  char magic[16];              // "coresched-layout"
+  std::uint32_t format;        // of this table: 1
+  std::uint32_t field_count;   // entries used in `fields`
+  char fiber_states[64];       // FiberState's names by value, NUL-separated, then an empty name
+  char wait_kinds[64];         // WaitKind's, likewise
+  std::uint64_t no_cookie;     // kNoCookie
+  std::int64_t not_pinned;     // kNotPinned
+  coresched_debug_field fields[32];
+};
+__attribute__((visibility("default"))) extern const coresched_debug_layout_table coresched_debug_layout;
 }
 
 namespace coresched::detail {

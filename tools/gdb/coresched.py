@@ -27,8 +27,9 @@ Worker::park recorded and names each return address (code built without frame po
 makes that walk skip frames).
 
 With debug information (RelWithDebInfo, Debug) the layouts come from gdb's type
-information. Without it (stripped types, Release without -g) the built-in layout of
-coresched 0.1 on x86-64 is used, and the commands say so. Everything read is bounded and a
+information. Without it (Release without -g, strip --strip-debug) they come from the table
+`coresched_debug_layout` that the library's compiler filled with that build's offsets, read
+from the process or core file, and the commands say so. Everything read is bounded and a
 torn or unreadable list stops the walk with a note, so a broken runtime still gives what
 can be read.
 """
@@ -49,7 +50,6 @@ from coresched_gdb_snapshot import (  # noqa: E402  (after the path is set)
     _CONTEXT_RIP,
     _CONTEXT_RSP,
     _MAX_FP_FRAMES,
-    _NOT_PINNED,
     _SWAPPED_REGS,
     _Snapshot,
     _cookie_name,
@@ -99,7 +99,7 @@ Fibers that never ran have no stack and are not listed."""
                     wait = "on " + _thread_label(threads[f.addr])
                 state = "finishing" if f.state == "done" else f.state
                 worker = "" if f.error else str(f.last_worker)
-                if not f.error and f.pinned != _NOT_PINNED:
+                if not f.error and f.pinned is not None:
                     worker += "*"
                     any_pinned = True
                 rows.append((str(f.id), _cookie_name(f.cookie) if not f.error else "?", state, worker, wait,
@@ -372,7 +372,7 @@ See `info fibers` for the ids."""
             gdb.write("  cookie %s, state %s, %s worker %d%s\n" % (
                 _cookie_name(f.cookie), "finishing" if f.state == "done" else f.state,
                 "on" if f.state == "running" else "last on", f.last_worker,
-                ", pinned to PU %d" % f.pinned if f.pinned != _NOT_PINNED else ""))
+                ", pinned to PU %d" % f.pinned if f.pinned is not None else ""))
             gdb.write("  stack [0x%x, 0x%x), header 0x%x, saved context 0x%x%s\n" % (
                 f.stack_base, f.stack_base + f.stack_size, f.header, f.context,
                 "" if f.context_saved else " (not saved yet)"))

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """What coresched.py reads from the process or core file: the layouts of the
-runtime's records (from gdb's type information, or the built-in layout of a
-normal x86-64 build), bounded memory reads, one snapshot of every runtime's
+runtime's records (from gdb's type information, or the table the library
+records at build time), bounded memory reads, one snapshot of every runtime's
 fibers, and the threads that run them. No gdb commands here (coresched.py
 defines them); loaded by coresched.py from its own directory.
 """
@@ -14,21 +14,26 @@ import gdb
 
 # ---------------------------------------------------------------------------- layout
 
-# Offsets in a normal (non-sanitizer) x86-64 build of coresched 0.1, used only when gdb has
-# no type information for these structures. Kept in step with the headers named above.
-_DEFAULT_LAYOUT = {
-    "rt.next": 0, "rt.scheduler": 8, "rt.stacks": 16, "rt.dump_signal": 24,
-    "sh.prev": 0, "sh.next": 8, "sh.running": 16, "sh.wait": 24,
-    "wi.kind": 0, "wi.what": 8, "wi.object": 16, "wi.arg": 24, "wi.since_ns": 32, "wi.frame": 40,
-    "f.id": 24, "f.cookie": 32, "f.pinned": 40, "f.last_worker": 44, "f.context": 48,
-    "f.stack.base": 56, "f.stack.size": 64, "f.context_saved": 82, "f.state": 83,
-    "f.inline_child": 112,
-}
-_DEFAULT_FIBER_STATES = ["runnable", "running", "parking", "parked", "done"]
-_DEFAULT_WAIT_KINDS = ["none", "join", "sync", "io", "sleep"]
+# The fields read, by the names the library's table gives them (runtime/debug_registry.cpp):
+# the record's prefix, then the member's path in it.
+_RECORDS = {"rt": "coresched_debug_runtime", "sh": "coresched::detail::StackHeader",
+            "wi": "coresched::detail::WaitInfo", "f": "coresched::detail::Fiber"}
+_FIELDS = ["rt.next", "rt.scheduler", "rt.stacks", "rt.dump_signal", "sh.next", "sh.running", "sh.wait",
+           "wi.kind", "wi.what", "wi.object", "wi.arg", "wi.since_ns", "wi.frame",
+           "f.id", "f.cookie", "f.pinned", "f.last_worker", "f.context", "f.stack.base", "f.stack.size",
+           "f.context_saved", "f.state", "f.inline_child"]
 
-_NO_COOKIE = (1 << 64) - 1  # kNoCookie
-_NOT_PINNED = -1
+# The table `coresched_debug_layout` (debug_registry.hpp), format 1: magic, format, field count, the
+# names of FiberState and of WaitKind (NUL-separated, 64 bytes each), kNoCookie, kNotPinned, then 32
+# fields of {name[24], offset u32, size u16, is_signed u16}. The library checks these offsets when it
+# is built (static_assert), so a change there comes with a new format number.
+_TABLE_SYMBOL = "coresched_debug_layout"
+_TABLE_MAGIC = b"coresched-layout"
+_TABLE_FORMAT = 1
+_TABLE_BYTES = 1192
+_TABLE_FIELDS_AT = 168
+_TABLE_FIELD_BYTES = 32
+_TABLE_MAX_FIELDS = 32
 
 # Bounds on every walk: a stuck or torn runtime must not hang the debugger.
 _MAX_RUNTIMES = 64
@@ -44,36 +49,122 @@ _CONTEXT_RIP = 0x38
 _CONTEXT_RSP = 0x40
 _SWAPPED_REGS = ["rip", "rsp", "rbp", "rbx", "r12", "r13", "r14", "r15"]
 
+# kNoCookie and kNotPinned where the library has no table to give them.
+_NO_COOKIE = (1 << 64) - 1
+_NOT_PINNED = -1
+
+
+def _symbol_address(name):
+    """The address of a data symbol, with or without debug information; None if there is none."""
+    try:
+        return int(gdb.parse_and_eval("(unsigned long) &%s" % name))
+    except gdb.error:
+        pass
+    sym = gdb.lookup_minimal_symbol(name) if hasattr(gdb, "lookup_minimal_symbol") else None
+    if sym is not None:
+        return int(sym.value().address)
+    return None
+
+
+def _names(raw):
+    """The NUL-separated names of a table's enum field, up to the empty one."""
+    out = []
+    for name in raw.split(b"\0"):
+        if not name:
+            break
+        out.append(name.decode("ascii", "replace"))
+    return out
+
+
+class _Table:
+    """The layout table the library recorded at build time, read from the process or core file."""
+
+    def __init__(self, mem):
+        self.addr = _symbol_address(_TABLE_SYMBOL)
+        if self.addr is None:
+            raise LookupError("no symbol `%s` (a coresched older than this extension, or a stripped "
+                              "symbol table)" % _TABLE_SYMBOL)
+        try:
+            raw = mem.read(self.addr, _TABLE_BYTES)
+        except gdb.MemoryError as e:
+            raise LookupError("`%s` at 0x%x is unreadable (%s)" % (_TABLE_SYMBOL, self.addr, _first_line(e)))
+        if raw[:16] != _TABLE_MAGIC:
+            raise LookupError("`%s` at 0x%x is not a coresched layout table" % (_TABLE_SYMBOL, self.addr))
+        self.format, count = struct.unpack_from("<II", raw, 16)
+        if self.format != _TABLE_FORMAT:
+            raise LookupError("`%s` is in format %d; this extension reads format %d (use the extension of the "
+                              "same coresched version)" % (_TABLE_SYMBOL, self.format, _TABLE_FORMAT))
+        self.states = _names(raw[24:88])
+        self.kinds = _names(raw[88:152])
+        self.no_cookie, self.not_pinned = struct.unpack_from("<Qq", raw, 152)
+        self.fields = {}
+        for i in range(min(count, _TABLE_MAX_FIELDS)):
+            at = _TABLE_FIELDS_AT + i * _TABLE_FIELD_BYTES
+            name = raw[at:at + 24].split(b"\0", 1)[0].decode("ascii", "replace")
+            offset, size, signed = struct.unpack_from("<IHH", raw, at + 24)
+            self.fields[name] = (offset, size, bool(signed))
+        missing = [k for k in _FIELDS if k not in self.fields]
+        if missing:
+            raise LookupError("`%s` lacks %s (a coresched of another version than this extension)"
+                              % (_TABLE_SYMBOL, ", ".join(missing)))
+
 
 class _Layout:
-    """Field offsets and enum names, from debug information where there is some."""
+    """Where each field read lies (offset, size, signedness) and the enums' names: from gdb's type
+    information where there is some, else from the table the library recorded at build time."""
 
-    def __init__(self):
-        self.off = dict(_DEFAULT_LAYOUT)
-        self.states = list(_DEFAULT_FIBER_STATES)
-        self.kinds = list(_DEFAULT_WAIT_KINDS)
-        self.from_debug_info = False
+    def __init__(self, mem):
         self.note = ""
+        self.no_cookie, self.not_pinned = _NO_COOKIE, _NOT_PINNED
+        table = table_error = None
+        try:
+            table = _Table(mem)
+            self.no_cookie, self.not_pinned = table.no_cookie, table.not_pinned
+        except LookupError as e:
+            table_error = str(e)
         try:
             self._read_types()
-            self.from_debug_info = True
+            self.source = "debug information"
         except (gdb.error, RuntimeError, StopIteration, LookupError) as e:
-            self.off = dict(_DEFAULT_LAYOUT)
-            self.states = list(_DEFAULT_FIBER_STATES)
-            self.kinds = list(_DEFAULT_WAIT_KINDS)
-            self.note = ("no debug information for coresched's types (%s): the program is stripped or built "
-                         "without -g; using the built-in x86-64 layout of coresched 0.1, which is wrong for "
-                         "another version or a sanitizer build" % _first_line(e))
+            if table is None:
+                raise gdb.GdbError("coresched: no layout for coresched's records: no debug information for its "
+                                   "types (%s), and %s" % (_first_line(e), table_error))
+            self.fields, self.states, self.kinds = dict(table.fields), table.states, table.kinds
+            self.source = "the table `%s` (format %d)" % (_TABLE_SYMBOL, table.format)
+            self.note = ("no debug information for coresched's types (%s): using the layout this build of the "
+                         "library recorded, %s" % (_first_line(e), self.source))
+            return
+        if table is not None:
+            differs = [k for k in _FIELDS if table.fields[k] != self.fields[k]]
+            if table.states != self.states or table.kinds != self.kinds:
+                differs.append("enum names")
+            if differs:
+                self.note = ("the table `%s` disagrees with the debug information on %s; using the debug "
+                             "information" % (_TABLE_SYMBOL, ", ".join(differs)))
+
+    def offset(self, key):
+        return self.fields[key][0]
+
+    def read(self, mem, base, key):
+        """The field `key` of the record at `base`, as an integer."""
+        offset, size, signed = self.fields[key]
+        return int.from_bytes(mem.read(base + offset, size), "little", signed=signed)
 
     @staticmethod
-    def _offset(t, path):
+    def _field(t, path):
+        """(offset, size, signed) of a member path in type `t`."""
         off = 0
         for name in path.split("."):
             t = t.strip_typedefs()
             field = next(f for f in t.fields() if f.name == name)
             off += field.bitpos // 8
             t = field.type
-        return off
+        t = t.strip_typedefs()
+        signed = False
+        if t.code == gdb.TYPE_CODE_INT:
+            signed = t.is_signed if hasattr(t, "is_signed") else \
+                t.name in ("int", "long", "long long", "short", "signed char")
+        return off, t.sizeof, signed
 
     @staticmethod
     def _enum_names(t):
@@ -88,16 +179,12 @@ class _Layout:
         return [names.get(i, "?%d" % i) for i in range(max(names) + 1)]
 
     def _read_types(self):
-        rt = gdb.lookup_type("coresched_debug_runtime")
-        sh = gdb.lookup_type("coresched::detail::StackHeader")
-        wi = gdb.lookup_type("coresched::detail::WaitInfo")
-        fb = gdb.lookup_type("coresched::detail::Fiber")
-        off = {}
-        for key in _DEFAULT_LAYOUT:
+        types = {prefix: gdb.lookup_type(name) for prefix, name in _RECORDS.items()}
+        fields = {}
+        for key in _FIELDS:
             prefix, path = key.split(".", 1)
-            t = {"rt": rt, "sh": sh, "wi": wi, "f": fb}[prefix]
-            off[key] = self._offset(t, path)
-        self.off = off
+            fields[key] = self._field(types[prefix], path)
+        self.fields = fields
         self.states = self._enum_names(gdb.lookup_type("coresched::detail::FiberState"))
         self.kinds = self._enum_names(gdb.lookup_type("coresched::detail::WaitKind"))
 
@@ -116,20 +203,8 @@ class _Memory:
     def read(self, addr, n):
         return bytes(self.inf.read_memory(addr, n))
 
-    def u8(self, addr):
-        return self.read(addr, 1)[0]
-
-    def i32(self, addr):
-        return struct.unpack("<i", self.read(addr, 4))[0]
-
-    def u32(self, addr):
-        return struct.unpack("<I", self.read(addr, 4))[0]
-
     def u64(self, addr):
         return struct.unpack("<Q", self.read(addr, 8))[0]
-
-    def i64(self, addr):
-        return struct.unpack("<q", self.read(addr, 8))[0]
 
     def cstring(self, addr):
         if not addr:
@@ -172,16 +247,12 @@ def _now_ns():
 
 def _registry_address():
     """The address of `coresched_debug_runtimes`, with or without debug information."""
-    try:
-        return int(gdb.parse_and_eval("(unsigned long) &coresched_debug_runtimes"))
-    except gdb.error:
-        pass
-    sym = gdb.lookup_minimal_symbol("coresched_debug_runtimes") if hasattr(gdb, "lookup_minimal_symbol") else None
-    if sym is not None:
-        return int(sym.value().address)
-    raise gdb.GdbError("coresched: no symbol `coresched_debug_runtimes` in this program: it does not link "
-                       "coresched, or its symbol table was stripped (strip removes .symtab; keep it, or load "
-                       "the separate debug file)")
+    addr = _symbol_address("coresched_debug_runtimes")
+    if addr is None:
+        raise gdb.GdbError("coresched: no symbol `coresched_debug_runtimes` in this program: it does not link "
+                           "coresched, or its symbol table was stripped (strip removes .symtab; keep it, or load "
+                           "the separate debug file)")
+    return addr
 
 
 def _duration(ns):
@@ -202,7 +273,7 @@ def _signal_name(sig):
 
 
 def _cookie_name(c):
-    return "none" if c == _NO_COOKIE else str(c)
+    return "none" if c is None else str(c)
 
 
 class _Fiber:
@@ -223,8 +294,8 @@ class _Snapshot:
     """Everything `info fibers` shows, read once."""
 
     def __init__(self):
-        self.layout = _Layout()
         self.mem = _Memory()
+        self.layout = _Layout(self.mem)
         self.live = _is_live()
         self.now = _now_ns() if self.live else None
         self.runtimes = []  # (index, entry address, scheduler, dump_signal, stacks, pooled, notes)
@@ -232,7 +303,7 @@ class _Snapshot:
         self._read()
 
     def _read(self):
-        L, m = self.layout.off, self.mem
+        L, m = self.layout, self.mem
         head_addr = _registry_address()
         try:
             entry = m.u64(head_addr)
@@ -246,10 +317,10 @@ class _Snapshot:
             seen.add(entry)
             notes = []
             try:
-                nxt = m.u64(entry + L["rt.next"])
-                sched = m.u64(entry + L["rt.scheduler"])
-                sentinel = m.u64(entry + L["rt.stacks"])
-                sig = m.i32(entry + L["rt.dump_signal"])
+                nxt = L.read(m, entry, "rt.next")
+                sched = L.read(m, entry, "rt.scheduler")
+                sentinel = L.read(m, entry, "rt.stacks")
+                sig = L.read(m, entry, "rt.dump_signal")
             except gdb.MemoryError:
                 self.runtimes.append((len(self.runtimes), entry, 0, 0, 0, 0,
                                       ["entry unreadable at 0x%x: list torn" % entry]))
@@ -262,10 +333,10 @@ class _Snapshot:
             self.runtimes[-1][6].append("more than %d runtimes: the rest not read" % _MAX_RUNTIMES)
 
     def _read_stacks(self, index, sentinel, notes):
-        L, m = self.layout.off, self.mem
+        L, m = self.layout, self.mem
         stacks = pooled = 0
         try:
-            h = m.u64(sentinel + L["sh.next"])
+            h = L.read(m, sentinel, "sh.next")
         except gdb.MemoryError:
             notes.append("stack list sentinel unreadable at 0x%x" % sentinel)
             return 0, 0
@@ -279,8 +350,8 @@ class _Snapshot:
                 break
             seen.add(h)
             try:
-                nxt = m.u64(h + L["sh.next"])
-                owner = m.u64(h + L["sh.running"])
+                nxt = L.read(m, h, "sh.next")
+                owner = L.read(m, h, "sh.running")
             except gdb.MemoryError:
                 notes.append("stack header unreadable at 0x%x: the list is torn there" % h)
                 break
@@ -292,8 +363,11 @@ class _Snapshot:
             h = nxt
         return stacks, pooled
 
+    def _cookie(self, value):
+        return None if value == self.layout.no_cookie else value
+
     def _read_fiber(self, index, header, owner):
-        L, m = self.layout.off, self.mem
+        L, m = self.layout, self.mem
         f = _Fiber()
         f.runtime_index = index
         f.header = header
@@ -302,31 +376,32 @@ class _Snapshot:
             # The innermost fiber on the stack is the one that runs or waits; those below join it inline.
             chain = [owner]
             while len(chain) < _MAX_INLINE_CHAIN:
-                child = m.u64(chain[-1] + L["f.inline_child"])
+                child = L.read(m, chain[-1], "f.inline_child")
                 if not child or child in chain:
                     break
                 chain.append(child)
             for addr in chain[:-1]:
-                f.below.append((addr, m.u64(addr + L["f.id"]), m.u64(addr + L["f.cookie"])))
+                f.below.append((addr, L.read(m, addr, "f.id"), self._cookie(L.read(m, addr, "f.cookie"))))
             f.addr = a = chain[-1]
-            f.id = m.u64(a + L["f.id"])
-            f.cookie = m.u64(a + L["f.cookie"])
-            f.pinned = m.i32(a + L["f.pinned"])
-            f.last_worker = m.u32(a + L["f.last_worker"])
-            f.context = m.u64(a + L["f.context"])
-            f.context_saved = m.u8(a + L["f.context_saved"]) != 0
-            st = m.u8(a + L["f.state"])
-            f.state = self.layout.states[st] if st < len(self.layout.states) else "?%d" % st
-            f.stack_base = m.u64(a + L["f.stack.base"])
-            f.stack_size = m.u64(a + L["f.stack.size"])
-            w = header + L["sh.wait"]
-            kind = m.u8(w + L["wi.kind"])
-            f.wait_kind = self.layout.kinds[kind] if kind < len(self.layout.kinds) else "?%d" % kind
-            f.what = m.cstring(m.u64(w + L["wi.what"]))
-            f.object = m.u64(w + L["wi.object"])
-            f.arg = m.i64(w + L["wi.arg"])
-            f.since_ns = m.u64(w + L["wi.since_ns"])
-            f.frame = m.u64(w + L["wi.frame"])
+            f.id = L.read(m, a, "f.id")
+            f.cookie = self._cookie(L.read(m, a, "f.cookie"))
+            pinned = L.read(m, a, "f.pinned")
+            f.pinned = None if pinned == L.not_pinned else pinned
+            f.last_worker = L.read(m, a, "f.last_worker")
+            f.context = L.read(m, a, "f.context")
+            f.context_saved = L.read(m, a, "f.context_saved") != 0
+            st = L.read(m, a, "f.state")
+            f.state = L.states[st] if 0 <= st < len(L.states) else "?%d" % st
+            f.stack_base = L.read(m, a, "f.stack.base")
+            f.stack_size = L.read(m, a, "f.stack.size")
+            w = header + L.offset("sh.wait")
+            kind = L.read(m, w, "wi.kind")
+            f.wait_kind = L.kinds[kind] if 0 <= kind < len(L.kinds) else "?%d" % kind
+            f.what = m.cstring(L.read(m, w, "wi.what"))
+            f.object = L.read(m, w, "wi.object")
+            f.arg = L.read(m, w, "wi.arg")
+            f.since_ns = L.read(m, w, "wi.since_ns")
+            f.frame = L.read(m, w, "wi.frame")
         except gdb.MemoryError as e:
             f.error = "unreadable (%s)" % _first_line(e)
         return f
