@@ -319,7 +319,13 @@ TEST_CASE("a cookie that comes back gets the sleeper credit, a new one does not"
       REQUIRE(core.pick(0).fiber == &f[0]); // 5 owns the core
       fake_now += 10 * kMs;
       core.add(1, fiber(f, 1, 6, 1));
-      CHECK(core.c.sibling(0).preempt.load() == visited);
+      // Both ask the owner's sibling to pick again: at once for the returning
+      // cookie (repick_at 0), when it will lead for the new one (a re-pick time
+      // after now, leads_at).
+      CHECK(core.c.sibling(0).preempt.load());
+      const std::uint64_t repick = core.c.sibling(0).repick_at.load();
+      if (visited) CHECK(repick == 0);
+      else CHECK(repick > fake_now);
       CHECK(core.pick(1).kind == Kind::forced_idle); // 5 still runs on sibling 0
       fake_now += kMs / 10;
       core.c.requeue_locked(0, &f[0]);
