@@ -483,6 +483,9 @@ void Scheduler::reset_run(Worker& w) noexcept {
 // per tick; workers that switch cost nothing.
 void Scheduler::check_stall(Worker& w) {
   const std::uint64_t cpu = w.thread_cpu_ns();
+  // 0, or less than the base: the thread's clock is gone (its worker exited
+  // at shutdown); the difference wrapped into a stall of 584 years.
+  if (cpu == 0 || cpu < w.stall_cpu_base) return;
   if (w.stall_cpu_base == 0) {
     w.stall_cpu_base = cpu;
     return;
