@@ -139,7 +139,10 @@ bool Worker::sleep_once() {
   }
   core_.prepare_sleep_locked(sibling_);
   std::uint64_t turn_end = forced_ ? core_.turn_due_locked(sibling_) : 0;
-  if (turn_end != 0) forced_blocker_ = core_.published_owner(); // the cookie to ask (it may have changed)
+  if (turn_end != 0) { // the cookie to ask (it may have changed); stats_mu_: a snapshot reads it (collect)
+    std::lock_guard lk(stats_mu_);
+    forced_blocker_ = core_.published_owner();
+  }
   const std::uint32_t epoch = sibling().wake_word.load(std::memory_order_acquire);
   core_.lock().unlock();
   wakes.notify();
