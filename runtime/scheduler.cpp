@@ -505,18 +505,18 @@ std::uint64_t new_fiber_ids(std::uint64_t n) noexcept { return next_fiber_id.fet
 // is never below the number of fibers live when the last retired count was
 // read, and zero means none was live then (and none can be spawned without
 // one, once external spawns are refused).
+std::uint64_t Scheduler::live_fibers() const noexcept {
+  const std::uint64_t retired = retired_fibers();
+  std::uint64_t spawned = 0;
+  for (const auto& w : workers_) spawned += w->spawned_count();
+  spawned += external_spawned_.load(std::memory_order_seq_cst);
+  return spawned - retired;
+}
+
 std::uint64_t Scheduler::retired_fibers() const noexcept {
   std::uint64_t retired = 0;
   for (const auto& w : workers_) retired += w->retired_count();
   return retired;
-}
-
-std::uint64_t Scheduler::live_fibers() const noexcept {
-  std::uint64_t retired = 0, spawned = 0;
-  for (const auto& w : workers_) retired += w->retired_count();
-  for (const auto& w : workers_) spawned += w->spawned_count();
-  spawned += external_spawned_.load(std::memory_order_seq_cst);
-  return spawned - retired;
 }
 
 // ---------------------------------------------------------------- shutdown
