@@ -2,6 +2,7 @@
 #include "core_coordinator.hpp"
 
 #include "clock.hpp"
+#include "cookie_registry.hpp"
 #include "fiber_vtime.hpp"
 #include "io_ring.hpp"
 
@@ -46,6 +47,7 @@ CoreCoordinator::CookieEntry& CoreCoordinator::entry(std::uint64_t cookie) {
   }
   CookieEntry& e = cookies_.emplace_back(CookieEntry{cookie});
   e.vruntime = min_vruntime_;
+  e.weight = cookie_weight(cookie);
   return e;
 }
 

@@ -319,9 +319,10 @@ private:
   struct CookieEntry {
     std::uint64_t cookie;
     std::size_t runnable = 0;    // queued on this core
-    std::uint64_t vruntime = 0;  // core-wide: wall time this cookie owned the core
+    std::uint64_t vruntime = 0;  // core-wide: time this cookie owned the core, x 100 / weight
     std::int64_t waited = 0;     // time it was runnable while another cookie owned the core,
-                                 // relative to the current owner (which sits at 0)
+                                 // x weight / 100, relative to the current owner (which sits at 0)
+    std::uint32_t weight = 100;  // cookie_weight(), as of the last checkpoint
     bool placed = false;         // it has arrived here before: place() may give it the sleeper credit
   };
   CookieEntry& entry(std::uint64_t cookie);
@@ -336,6 +337,9 @@ private:
   bool choose_cookie(std::uint64_t running, std::uint64_t& out, std::uint64_t& kept_until);
   bool prefer(const CookieEntry& a, const CookieEntry& b) const noexcept;
   bool leads(const CookieEntry& a, const CookieEntry& owner) const noexcept;
+  std::uint64_t hysteresis(const CookieEntry& a, const CookieEntry& b, FairnessPolicy book) const noexcept;
+  std::int64_t until_leads(const CookieEntry& a, const CookieEntry& owner) const noexcept;
+  void refresh_weights();
   std::uint64_t leads_at(const CookieEntry& a, const CookieEntry& owner) const noexcept;
   static constexpr unsigned kMinTurnShift = 3; // a turn's least length: granularity >> this
   void preempt_owner_for(std::uint64_t cookie);
@@ -358,6 +362,7 @@ private:
   std::uint64_t last_checkpoint_ = 0;
   std::uint64_t turn_start_ = 0;   // when owner_ last changed (set_owner)
   std::uint64_t min_vruntime_ = 0; // monotonic floor, as CFS's min_vruntime
+  std::uint64_t weights_seen_ = 0; // weights_generation() the books' weights are from
   void set_owner(std::uint64_t cookie);
   GapHistogram handover_gaps_;
   std::uint64_t handover_since_ = 0;        // a hand-over is under way since (ns); 0: none

@@ -6,11 +6,38 @@
 // pick (core_coordinator.cpp) asks choose_cookie; arrivals are placed here;
 // a forced-idle sibling asks turn_due_locked when the owner's turn ends.
 // All of it runs under the core lock.
+//
+// Weights (Cookie::set_weight) enter in two places. Time is weighted as it is
+// booked: a cookie's vruntime grows by wall x 100 / weight, as the kernel's
+// by delta x NICE_0_LOAD / weight, and its `waited` by wall x weight / 100;
+// so where cookies compete, each owns the core in proportion to its weight.
+// And the hysteresis between two cookies is scaled by the square root of
+// their weights' product (hysteresis()): a pair's turns are
+// 2g x sqrt(w_a / w_b) and 2g x sqrt(w_b / w_a) of wall time (g: the
+// granularity), so a 100:1 pair alternates every ~10 g rather than ~100 g,
+// and the lighter cookie waits 2g x sqrt(w_heavy / w_light) for its turn, not
+// 2g x w_heavy / w_light. With equal weights both are what they always were:
+// turns of 2g. docs/design.md ("Weights") derives the bounds.
 #include "core_coordinator.hpp"
 
+#include "cookie_registry.hpp"
+
 #include <algorithm>
+#include <cmath>
 
 namespace coresched::detail {
+
+namespace {
+
+__extension__ typedef unsigned __int128 Wide; // ns x 10,000 outgrows 64 bits after 21 days
+
+// ns x mul / div, exact for the default weight (mul == div).
+std::uint64_t scale(std::uint64_t ns, std::uint32_t mul, std::uint32_t div) noexcept {
+  if (mul == div) return ns;
+  return static_cast<std::uint64_t>(static_cast<Wide>(ns) * mul / div);
+}
+
+} // namespace
 
 // A cookie coming (back) to the core is placed at the floor, as CFS places a
 // waking task: old history neither starves it nor lets it starve others.
@@ -80,15 +107,25 @@ void CoreCoordinator::arrive(CookieEntry& e) {
 // busy cookie off the core for good (helper-14: its share 0.000 under
 // forceidle_balance, and under either policy with 40 cookies, which entry()
 // forgets and which so came back at the floor, below the waiting cookie).
+//
+// Weighted, the credit is at most twice the pair's hysteresis against the
+// owner (hysteresis()), in each book's units, so that a returning cookie
+// leads at once whatever the weights; the `waited` credit is the vruntime
+// credit turned into the cookie's own wall time and then into waited units.
 void CoreCoordinator::place(CookieEntry& e, bool carried) {
-  std::uint64_t lead = 0;
+  const CookieEntry* own = &e;
+  for (const auto& o : cookies_)
+    if (o.cookie == owner_) own = &o;
+  std::uint64_t lead = 0; // in waited units
   if (carried) {
-    e.vruntime = std::max(e.vruntime, min_vruntime_);
-    for (const auto& o : cookies_)
-      if (o.cookie == owner_) e.vruntime = std::max(e.vruntime, o.vruntime);
+    e.vruntime = std::max({e.vruntime, min_vruntime_, own->vruntime});
   } else {
-    if (e.placed && e.vruntime < min_vruntime_) lead = std::min(2 * cfg_.granularity_ns, min_vruntime_ - e.vruntime);
-    e.vruntime = std::max(e.vruntime, min_vruntime_ - lead);
+    std::uint64_t lead_v = 0;
+    if (e.placed && e.vruntime < min_vruntime_)
+      lead_v = std::min(2 * hysteresis(e, *own, FairnessPolicy::core_vruntime), min_vruntime_ - e.vruntime);
+    e.vruntime = std::max(e.vruntime, min_vruntime_ - lead_v);
+    lead = std::min(2 * hysteresis(e, *own, FairnessPolicy::forceidle_balance),
+                    scale(scale(lead_v, e.weight, kDefaultWeight), e.weight, kDefaultWeight));
   }
   e.placed = true;
   auto floor = static_cast<std::int64_t>(lead);
@@ -110,15 +147,24 @@ void CoreCoordinator::checkpoint(std::uint64_t now) {
   for (auto& e : cookies_) {
     if (e.cookie == owner_) {
       const std::uint64_t owned = now - owner_since_;
-      e.vruntime += owned;
+      e.vruntime += scale(owned, kDefaultWeight, e.weight);
       owned_ns_[owner_] += owned;
     } else if (e.runnable && owner_ != kNoCookie) {
-      e.waited += span; // runnable since the last checkpoint at least: see arrive()
+      // runnable since the last checkpoint at least: see arrive()
+      e.waited += static_cast<std::int64_t>(scale(static_cast<std::uint64_t>(span), e.weight, kDefaultWeight));
     }
   }
   owner_since_ = now;
   last_checkpoint_ = now;
   update_min_vruntime();
+  // After booking: what ran until now ran under the weights it had.
+  if (weights_generation() != weights_seen_) [[unlikely]]
+    refresh_weights();
+}
+
+void CoreCoordinator::refresh_weights() {
+  weights_seen_ = weights_generation(); // before the reads: a change after it is seen next time
+  for (auto& e : cookies_) e.weight = cookie_weight(e.cookie);
 }
 
 void CoreCoordinator::update_min_vruntime() {
@@ -206,8 +252,35 @@ bool CoreCoordinator::choose_cookie(std::uint64_t running, std::uint64_t& out, s
 // Hysteresis: the core leaves its current cookie only when another is ahead
 // by a granularity, so two busy cookies alternate in slices, not per yield.
 bool CoreCoordinator::leads(const CookieEntry& a, const CookieEntry& owner) const noexcept {
-  if (cfg_.policy == FairnessPolicy::core_vruntime) return a.vruntime + cfg_.granularity_ns < owner.vruntime;
-  return a.waited > owner.waited + static_cast<std::int64_t>(cfg_.granularity_ns);
+  const std::uint64_t h = hysteresis(a, owner, cfg_.policy);
+  if (cfg_.policy == FairnessPolicy::core_vruntime) return a.vruntime + h < owner.vruntime;
+  return a.waited > owner.waited + static_cast<std::int64_t>(h);
+}
+
+// The granularity between `a` and `b` in the policy's book: g x 100 /
+// sqrt(w_a w_b) of vruntime, or g x sqrt(w_a w_b) / 100 of waited time. Either
+// way each of the two turns it spaces lasts 2g x sqrt(w_owner / w_other) of
+// wall time (see the top of this file).
+std::uint64_t CoreCoordinator::hysteresis(const CookieEntry& a, const CookieEntry& b, FairnessPolicy book) const noexcept {
+  if (a.weight == kDefaultWeight && b.weight == kDefaultWeight) return cfg_.granularity_ns;
+  const double root = std::sqrt(static_cast<double>(a.weight) * static_cast<double>(b.weight));
+  const double g = static_cast<double>(cfg_.granularity_ns);
+  return static_cast<std::uint64_t>(book == FairnessPolicy::core_vruntime ? g * kDefaultWeight / root
+                                                                          : g * root / kDefaultWeight);
+}
+
+// Wall time from the last checkpoint until `a` leads `owner` (leads()), while
+// nothing else changes: only the moving side moves, with wall time (the
+// owner's vruntime at 100 / w_owner per ns, or a's wait at w_a / 100).
+// Negative: it led that long ago. One past the hysteresis: leads() is strict.
+std::int64_t CoreCoordinator::until_leads(const CookieEntry& a, const CookieEntry& owner) const noexcept {
+  const auto h = static_cast<std::int64_t>(hysteresis(a, owner, cfg_.policy));
+  if (cfg_.policy == FairnessPolicy::core_vruntime) {
+    const std::int64_t left = static_cast<std::int64_t>(a.vruntime - owner.vruntime) + h + 1;
+    return left * owner.weight / static_cast<std::int64_t>(kDefaultWeight);
+  }
+  const std::int64_t left = owner.waited + h + 1 - a.waited;
+  return left * static_cast<std::int64_t>(kDefaultWeight) / a.weight;
 }
 
 // Wake-up preemption between cookies, as the kernel reschedules a sibling
@@ -276,11 +349,7 @@ void CoreCoordinator::preempt_owner_for(std::uint64_t cookie) {
 // owner's vruntime, or the waiters' wait), so it is exact while nothing else
 // changes. One past the granularity: leads() compares strictly.
 std::uint64_t CoreCoordinator::leads_at(const CookieEntry& a, const CookieEntry& owner) const noexcept {
-  const auto gran = static_cast<std::int64_t>(cfg_.granularity_ns);
-  const std::int64_t left = cfg_.policy == FairnessPolicy::core_vruntime
-                                ? static_cast<std::int64_t>(a.vruntime - owner.vruntime) + gran
-                                : owner.waited + gran - a.waited;
-  return last_checkpoint_ + static_cast<std::uint64_t>(std::max<std::int64_t>(left, 0)) + 1;
+  return last_checkpoint_ + static_cast<std::uint64_t>(std::max<std::int64_t>(until_leads(a, owner), 1));
 }
 
 std::uint64_t CoreCoordinator::turn_due_locked(unsigned s) const noexcept {
@@ -292,24 +361,14 @@ std::uint64_t CoreCoordinator::turn_due_locked(unsigned s) const noexcept {
     else if (e.runnable > 0 && (!next || prefer(e, *next))) next = &e;
   }
   if (!own || !next) return 0;
-  // choose_cookie leaves the owner once `next` is ahead by the granularity,
-  // after a checkpoint that brings the moving side up to date.
-  const auto gran = static_cast<std::int64_t>(cfg_.granularity_ns);
-  std::int64_t left; // from `since`, how long the moving side still has to move
-  std::uint64_t since;
-  if (cfg_.policy == FairnessPolicy::core_vruntime) {
-    // The owner's vruntime grows from owner_since_; the others' stand still.
-    left = static_cast<std::int64_t>(next->vruntime - own->vruntime) + gran;
-    since = owner_since_;
-  } else {
-    // The waiters' `waited` grows from the last checkpoint; the owner's stands.
-    left = own->waited + gran - next->waited;
-    since = last_checkpoint_;
-  }
-  // Overdue (left < 0): when it was due, not `since`, which each checkpoint
-  // moves to now (a forced-idle PU would otherwise wait for a turn's end that
-  // is always just now, and spin for ever beside an owner that never stops).
-  const auto due = static_cast<std::int64_t>(since) + left;
+  // choose_cookie leaves the owner once `next` leads it, after a checkpoint
+  // that brings the moving side up to date (the owner's vruntime grows from
+  // owner_since_, the waiters' `waited` from the last checkpoint: both are
+  // the last checkpoint's time). Overdue (negative): when it was due, not
+  // the checkpoint's time, which each checkpoint moves to now (a forced-idle
+  // PU would otherwise wait for a turn's end that is always just now, and
+  // spin for ever beside an owner that never stops).
+  const auto due = static_cast<std::int64_t>(last_checkpoint_) + until_leads(*next, *own);
   return due > 0 ? static_cast<std::uint64_t>(due) : 1;
 }
 

@@ -602,7 +602,11 @@ Stats Scheduler::stats() {
               [](const auto& a, const auto& b) { return a.cookie.value() < b.cookie.value(); });
     st.cores.push_back(std::move(cs));
   }
-  for (auto& [k, v] : cookies) st.cookies.push_back(v);
+  for (auto& [k, v] : cookies) {
+    v.name = v.cookie.name();
+    v.weight = v.cookie.weight();
+    st.cookies.push_back(std::move(v));
+  }
   std::sort(st.cookies.begin(), st.cookies.end(),
             [](const CookieStats& a, const CookieStats& b) { return a.cookie.value() < b.cookie.value(); });
   st.isolation_violations = isolation_violations.load(std::memory_order_relaxed);

@@ -1,18 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// Cookies, option names and the statistics table.
+// Option names and the statistics table.
 #include <coresched/cookie.hpp>
 #include <coresched/options.hpp>
 #include <coresched/stats.hpp>
 
-#include <atomic>
 #include <fmt/format.h>
 
 namespace coresched {
-
-Cookie Cookie::create() noexcept {
-  static std::atomic<std::uint64_t> next{1};
-  return Cookie(next.fetch_add(1, std::memory_order_relaxed));
-}
 
 const char* to_string(FairnessPolicy p) noexcept {
   return p == FairnessPolicy::core_vruntime ? "core_vruntime" : "forceidle_balance";

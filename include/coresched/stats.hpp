@@ -15,6 +15,8 @@ namespace coresched {
 struct CookieStats {
   /// The cookie these figures belong to.
   Cookie cookie;
+  std::string name;                      ///< Its name (Cookie::create(name, weight)); empty if none.
+  std::uint32_t weight = Cookie::kDefaultWeight; ///< Its weight at the snapshot.
   std::uint64_t cpu_ns = 0;              ///< Time its fibers ran, summed over PUs.
   std::uint64_t core_ns = 0;             ///< Time it held a core (SMT cores only), summed over cores.
   std::uint64_t forced_idle_suffered_ns = 0; ///< Sibling time idled while this cookie waited for a core.
