@@ -2,6 +2,9 @@
 #include "cli_options.hpp"
 #include "common.hpp"
 
+#include <coresched/cookie.hpp>
+#include <fmt/format.h>
+
 namespace coresched::bench {
 
 CLI::Validator positive_seconds() {
@@ -48,6 +51,46 @@ CLI::Option* add_slice_option(CLI::App& sub, std::optional<unsigned>& slice_us) 
       .add_option("--slice-us", slice_us, "The runtime's slice in microseconds, 100 to 1000000 (default: "
                                           "Options::slice, 1000)")
       ->check(CLI::Range(100u, 1'000'000u));
+}
+
+std::optional<TenantWeights> parse_weights(std::string_view text, std::string& err) {
+  const auto colon = text.find(':');
+  if (colon == std::string_view::npos || text.find(':', colon + 1) != std::string_view::npos) {
+    err = "must be two weights, A:B (e.g. 300:100)";
+    return std::nullopt;
+  }
+  TenantWeights w{};
+  const std::string_view parts[2] = {text.substr(0, colon), text.substr(colon + 1)};
+  for (std::size_t i = 0; i < 2; ++i) {
+    // Digits only: strtoul would take "-1" as a huge number and " 5" or "5x" as 5.
+    const std::string_view p = parts[i];
+    const bool digits = !p.empty() && p.size() <= 6 && p.find_first_not_of("0123456789") == std::string_view::npos;
+    const std::uint64_t v = digits ? std::stoull(std::string(p)) : 0;
+    if (!digits || v < Cookie::kMinWeight || v > Cookie::kMaxWeight) {
+      err = fmt::format("weight \"{}\" must be a whole number from {} to {}", p, Cookie::kMinWeight,
+                        Cookie::kMaxWeight);
+      return std::nullopt;
+    }
+    w[i] = static_cast<std::uint32_t>(v);
+  }
+  return w;
+}
+
+CLI::Option* add_weights_option(CLI::App& sub, std::optional<TenantWeights>& weights, const std::string& roles) {
+  return sub
+      .add_option_function<std::string>(
+          "--weights", [&weights](const std::string& text) {
+            std::string err;
+            weights = parse_weights(text, err); // checked below: never unset here
+          },
+          "The tenants' weights, " + roles + ", each 1 to 10000 (cgroup cpu.weight; default 100:100): where they "
+          "compete for a core each gets a share of its time proportional to its weight")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            std::string err;
+            return parse_weights(text, err) ? std::string() : err;
+          },
+          roles));
 }
 
 CLI::Option* add_json_option(CLI::App& sub, std::string& path) {

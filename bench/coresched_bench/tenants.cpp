@@ -37,6 +37,12 @@ struct Settings {
   std::string topology;
   std::optional<Placement> placement;
   std::string json_path;
+  std::optional<TenantWeights> weights; ///< --weights A:B; unset: both Cookie::kDefaultWeight
+
+  std::uint32_t weight(unsigned tenant) const { return weights ? (*weights)[tenant] : Cookie::kDefaultWeight; }
+  /// Tenant A's share of the cores where both tenants have work, in %: its
+  /// weight over the sum.
+  double expected_a_share_pct() const { return 100.0 * weight(0) / (static_cast<double>(weight(0)) + weight(1)); }
 };
 
 // ------------------------------------------------------------------ command line
@@ -64,6 +70,7 @@ void add_options(CLI::App& sub, Settings& s) {
   add_topology_option(sub, s.topology, true);
   add_placement_option(sub, s.placement);
   add_json_option(sub, s.json_path);
+  add_weights_option(sub, s.weights, "A:B (compute:requests)");
 }
 
 // ------------------------------------------------------------------ tenant A: compute
@@ -176,6 +183,7 @@ struct Run {
   std::uint64_t requests = 0, gemms = 0, bad = 0;
   LatencySummary latency;
   double a_cpu_s = 0, b_cpu_s = 0; ///< CPU time of each tenant
+  double a_core_s = 0, b_core_s = 0; ///< time each tenant's cookie held a core (the runtime's core_ns)
   double forced_idle_pct = 0;      ///< % of all PU time spent forced idle
 
   double requests_per_s() const { return static_cast<double>(requests) / elapsed_s; }
@@ -244,7 +252,7 @@ void collect(Run& r, RequestTenant& t, std::vector<JoinHandle<ComputeResult>>& c
 
 Run run_once(Runtime& rt, const Settings& s, const Shared& sh, std::uint64_t first_seed) {
   // Fresh cookies per run, as matrix does: each run starts both tenants new to the cores.
-  const Cookie a = Cookie::create(), b = Cookie::create();
+  const Cookie a = Cookie::create("A", s.weight(0)), b = Cookie::create("B", s.weight(1));
   const std::uint64_t idle_before = forced_idle_ns(rt.stats());
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s.time_s));
@@ -256,6 +264,8 @@ Run run_once(Runtime& rt, const Settings& s, const Shared& sh, std::uint64_t fir
   const Stats st = rt.stats();
   r.a_cpu_s = static_cast<double>(st.cookie(a).cpu_ns) / 1e9;
   r.b_cpu_s = static_cast<double>(st.cookie(b).cpu_ns) / 1e9;
+  r.a_core_s = static_cast<double>(st.cookie(a).core_ns) / 1e9;
+  r.b_core_s = static_cast<double>(st.cookie(b).core_ns) / 1e9;
   r.forced_idle_pct = 100.0 * static_cast<double>(forced_idle_ns(st) - idle_before) /
                       (r.elapsed_s * 1e9 * static_cast<double>(rt.topology().pus().size()));
   return r;
@@ -277,6 +287,9 @@ struct Result {
   Summary forced_idle_pct() const { return over_runs([](const Run& r) { return r.forced_idle_pct; }); }
   Summary a_cpu_share_pct() const {
     return over_runs([](const Run& r) { return 100.0 * r.a_cpu_s / std::max(r.a_cpu_s + r.b_cpu_s, 1e-9); });
+  }
+  Summary a_core_share_pct() const {
+    return over_runs([](const Run& r) { return 100.0 * r.a_core_s / std::max(r.a_core_s + r.b_core_s, 1e-9); });
   }
 };
 
@@ -306,20 +319,29 @@ void print_tenants_header(const Settings& s, const Runtime& rt) {
                                s.think_us ? fmt::format("; clients think {} us between requests (latency from when "
                                                         "each was due)", s.think_us)
                                           : std::string())},
+      {"weights", fmt::format("A {} : B {}{} (A's expected share where both have work: {:.1f}%)", s.weight(0),
+                              s.weight(1), s.weights ? "" : " (default)", s.expected_a_share_pct())},
       {"run length", fmt::format("{} s x {} run(s){}", s.time_s, s.runs, s.compare ? " per policy" : "")},
   });
 }
 
-std::string render(const std::vector<Result>& rs) {
+/// The throughput table, then tenant A's share of the cores beside the share
+/// its weight asks for: by core_ns (the time A's cookie held a core, over
+/// both tenants') and by cpu_ns (its fibers' CPU time, over both tenants').
+std::string render(const Settings& s, const std::vector<Result>& rs) {
   Table t({"policy", "req/s avg", "stdev", "lat avg us", "stdev", "lat p95 us", "stdev", "GEMM/s avg", "stdev",
-           "A cpu %", "forced-idle %"});
+           "forced-idle %"});
+  Table shares({"policy", "A expected %", "A core_ns %", "stdev", "A cpu_ns %", "stdev"});
   for (const auto& r : rs) {
     const Summary rps = r.requests_per_s(), avg = r.latency_avg(), p95 = r.latency_p95(), g = r.gemms_per_s();
     t.add_row({to_string(r.policy), fixed(rps.avg, 0), fixed(rps.stdev, 0), fixed(avg.avg, 1), fixed(avg.stdev, 1),
                fixed(p95.avg, 1), fixed(p95.stdev, 1), fixed(g.avg, 0), fixed(g.stdev, 0),
-               fixed(r.a_cpu_share_pct().avg, 1), fixed(r.forced_idle_pct().avg, 1)});
+               fixed(r.forced_idle_pct().avg, 1)});
+    const Summary core = r.a_core_share_pct(), cpu = r.a_cpu_share_pct();
+    shares.add_row({to_string(r.policy), fixed(s.expected_a_share_pct(), 1), fixed(core.avg, 1), fixed(core.stdev, 1),
+                    fixed(cpu.avg, 1), fixed(cpu.stdev, 1)});
   }
-  return "\n" + t.render();
+  return "\n" + t.render() + "\ntenant A's share of the cores (B has the rest):\n" + shares.render();
 }
 
 /// core_vruntime over forceidle_balance, as the seed compares them.
@@ -343,9 +365,12 @@ void write_settings(JsonWriter& j, const Settings& s) {
   j.field("think_us", s.think_us);
   j.field("gemm_n", static_cast<unsigned>(gemm_n)).field("time_s", s.time_s).field("runs", s.runs);
   j.field("compare", s.compare);
+  j.key("weights").begin_object().field("set", s.weights.has_value()).field("a", s.weight(0)).field("b", s.weight(1));
+  j.field("expected_a_share_pct", s.expected_a_share_pct()).end_object();
   j.key("units").begin_object();
   j.field("requests_per_s", "requests/s").field("latency", "us").field("gemms_per_s", "GEMMs/s");
-  j.field("a_cpu_share_pct", "% of both tenants' CPU time").field("forced_idle_pct", "% of all PU time");
+  j.field("a_cpu_share_pct", "% of both tenants' CPU time");
+  j.field("a_core_share_pct", "% of the time either tenant's cookie held a core").field("forced_idle_pct", "% of all PU time");
   j.end_object();
 }
 
@@ -353,7 +378,7 @@ void write_run(JsonWriter& j, const Run& r) {
   j.begin_object().field("elapsed_s", r.elapsed_s).field("requests", r.requests).field("gemms", r.gemms);
   j.field("requests_per_s", r.requests_per_s()).field("gemms_per_s", r.gemms_per_s());
   write_latency(j, "latency", r.latency, "us");
-  j.field("a_cpu_s", r.a_cpu_s).field("b_cpu_s", r.b_cpu_s).field("forced_idle_pct", r.forced_idle_pct);
+  j.field("a_cpu_s", r.a_cpu_s).field("b_cpu_s", r.b_cpu_s).field("a_core_s", r.a_core_s).field("b_core_s", r.b_core_s).field("forced_idle_pct", r.forced_idle_pct);
   j.field("bad_results", r.bad).end_object();
 }
 
@@ -364,7 +389,7 @@ void write_results(JsonWriter& j, const std::vector<Result>& rs) {
     j.summary("requests_per_s", r.requests_per_s(), "requests/s");
     j.summary("latency_avg", r.latency_avg(), "us").summary("latency_p95", r.latency_p95(), "us");
     j.summary("gemms_per_s", r.gemms_per_s(), "GEMMs/s");
-    j.summary("a_cpu_share_pct", r.a_cpu_share_pct(), "%").summary("forced_idle_pct", r.forced_idle_pct(), "%");
+    j.summary("a_cpu_share_pct", r.a_cpu_share_pct(), "%").summary("a_core_share_pct", r.a_core_share_pct(), "%").summary("forced_idle_pct", r.forced_idle_pct(), "%");
     j.key("runs").begin_array();
     for (const auto& run : r.runs) write_run(j, run);
     j.end_array().end_object();
@@ -405,7 +430,7 @@ int run(Settings s) {
       },
       [&](Runtime& rt) { return measure(rt, s, shared); },
       [&](JsonWriter& j, const std::vector<Result>& rs) {
-        std::fputs(render(rs).c_str(), stdout);
+        std::fputs(render(s, rs).c_str(), stdout);
         if (const auto q = ratios(rs))
           std::printf("\ncore_vruntime / forceidle_balance: req/s %.3f, latency avg %.3f, p95 %.3f, GEMM/s %.3f\n",
                       q->throughput, q->latency_avg, q->latency_p95, q->gemms);
