@@ -5,11 +5,17 @@
 // sysbench processes), so both refuse with the same reasons.
 #pragma once
 
+#include <array>
 #include <cerrno>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <sched.h>
 #include <string>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 namespace coresched::bench {
 
@@ -35,6 +41,55 @@ inline std::string pin_self(unsigned cpu) {
   CPU_SET(cpu, &set);
   if (::sched_setaffinity(0, sizeof set, &set) == 0) return {};
   return "sched_setaffinity(CPU " + std::to_string(cpu) + ") failed: " + std::strerror(errno);
+}
+
+/// The kernel's CFS weight of each nice value, -20 to 19 (kernel/sched/core.c,
+/// sched_prio_to_weight): nice 0 = 1024, each step about 1.25x.
+inline constexpr std::array<std::uint32_t, 40> kernel_nice_weights{
+    88761, 71755, 56483, 46273, 36291, 29154, 23254, 18705, 14949, 11916, 9548, 7620, 6100, 4904,
+    3906,  3121,  2501,  1991,  1586,  1277,  1024,  820,   655,   526,   423,   335,  272,  215,
+    172,   137,   110,   87,    70,    56,    45,    36,    29,    23,    18,    15};
+
+/// The kernel weight of a nice value (-20 to 19).
+inline std::uint32_t kernel_nice_weight(int nice) { return kernel_nice_weights[static_cast<std::size_t>(nice + 20)]; }
+
+/// The nice value whose weight over nice 0's is nearest `ratio`, nearest by
+/// log (a ratio of 3 is as far from 2.44 as from 3.69), so 3 maps to nice -5
+/// (3121 / 1024 = 3.05) and 1/3 to nice 5 (335 / 1024 = 0.33).
+inline int kernel_nice_for_ratio(double ratio) {
+  int best = 0;
+  double best_err = INFINITY;
+  for (int n = -20; n <= 19; ++n) {
+    const double err = std::fabs(std::log(kernel_nice_weight(n) / 1024.0) - std::log(ratio));
+    if (err < best_err) {
+      best = n;
+      best_err = err;
+    }
+  }
+  return best;
+}
+
+/// The nice values that give two tenants of cgroup weights `a` and `b` the
+/// nearest ratio of kernel weights: the tenant at the default weight (100)
+/// stays at nice 0, or, if neither is, the one nearer it (by ratio), so the
+/// other alone moves. Equal weights: both nice 0.
+inline std::array<int, 2> kernel_nices_for_weights(std::uint32_t a, std::uint32_t b) {
+  const auto distance = [](std::uint32_t w) { return std::fabs(std::log(w / 100.0)); };
+  if (distance(b) <= distance(a)) return {kernel_nice_for_ratio(static_cast<double>(a) / b), 0};
+  return {0, kernel_nice_for_ratio(static_cast<double>(b) / a)};
+}
+
+/// Sets the calling thread's nice value (setpriority on its tid: on Linux
+/// nice is per thread); "" or why not. Below the current nice it needs root
+/// or CAP_SYS_NICE, and without them the kernel's rows would run unweighted
+/// beside our weighted ones, so the caller fails the run instead.
+inline std::string set_own_nice(int nice) {
+  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+  if (::setpriority(PRIO_PROCESS, tid, nice) == 0) return {};
+  const int err = errno;
+  std::string why = "setpriority(nice " + std::to_string(nice) + ") failed: " + std::strerror(err);
+  if (err == EACCES || err == EPERM) why += " (a negative nice needs root or CAP_SYS_NICE)";
+  return why;
 }
 
 } // namespace coresched::bench

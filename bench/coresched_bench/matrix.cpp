@@ -2,6 +2,7 @@
 // `coresched-bench matrix`: seed 000's sysbench matrix on one core's siblings.
 #include "cli_options.hpp"
 #include "commands.hpp"
+#include "kernel_tag.hpp"
 #include "matrix.hpp"
 
 #include <fmt/format.h>
@@ -50,6 +51,7 @@ void add_options(CLI::App& sub, Settings& s) {
   sub.add_option("--config", s.only, "Run only these configurations (repeatable; default: all)")
       ->check(CLI::IsMember(names));
   add_json_option(sub, s.json_path);
+  add_weights_option(sub, s.weights, "CPU:MEM");
   sub.add_flag("--compare-sysbench", s.compare_sysbench,
                "Also run the matrix as real sysbench processes (if in PATH), pinned and tagged with kernel cookies by "
                "coresched-tag-exec (untagged configurations only where the kernel cannot tag), and print our/their ratio");
@@ -87,6 +89,7 @@ std::optional<Place> choose_place(const Settings& s, const Topology& t) {
 
 void print_matrix_header(const Settings& s, const Runtime& rt, const Place& p, std::uint64_t primes) {
   const auto& o = rt.options();
+  const auto nices = kernel_nices_for_weights(s.weight(0), s.weight(1));
   print_header("matrix", rt, {
       {"core", fmt::format("{} (PUs {}; sibling 0 = PU {} on CPU {}, sibling 1 = PU {} on CPU {})", p.core,
                            join_list(rt.topology().cores()[p.core].pus), p.pus[0], p.cpus[0], p.pus[1], p.cpus[1])},
@@ -101,6 +104,8 @@ void print_matrix_header(const Settings& s, const Runtime& rt, const Place& p, s
                                    s.buffer_bytes <= s.block_bytes
                                        ? std::string("rewriting one block (as sysbench)")
                                        : fmt::format("walking a {} B shared buffer", s.buffer_bytes))},
+      {"weights", fmt::format("cpu {} : mem {}{} (where their cookies compete for the core; kernel threads: nice {} "
+                              ": {})", s.weight(0), s.weight(1), s.weights ? "" : " (default)", nices[0], nices[1])},
       {"per event", s.sysbench_bookkeeping ? "sysbench's bookkeeping (3 clock reads, an event count, a histogram update)"
                                            : "no bookkeeping (--no-sysbench-bookkeeping)"},
   });
@@ -116,13 +121,45 @@ SpawnOptions spawn_options(const Place& p, const Slot& slot, const std::array<Co
   return o;
 }
 
+/// The cookies of one run, by tag: untagged, A, B. Fresh ones per run, as the
+/// seed tagged fresh processes each run (reusing them would hide how the
+/// runtime places a new cookie against the long-lived untagged one), each
+/// named and weighted after the benchmark that carries it. Where a benchmark
+/// runs untagged against a tagged one, the untagged cookie takes its weight
+/// for the run, and gets its old weight back after, since it is the
+/// process's.
+class RunCookies {
+public:
+  RunCookies(const Settings& s, const Config& c) {
+    const std::optional<Slot> slots[2] = {c.cpu, c.mem};
+    for (unsigned role = 0; role < 2; ++role) {
+      if (!slots[role]) continue;
+      const auto tag = static_cast<std::size_t>(slots[role]->tag);
+      if (tag != 0) {
+        cookies_[tag] = Cookie::create(role == 0 ? "cpu" : "mem", s.weight(role));
+      } else if (competes(c)) {
+        old_untagged_weight_ = Cookie{}.weight();
+        Cookie{}.set_weight(s.weight(role));
+      }
+    }
+  }
+  RunCookies(const RunCookies&) = delete;
+  RunCookies& operator=(const RunCookies&) = delete;
+  ~RunCookies() {
+    if (old_untagged_weight_) Cookie{}.set_weight(*old_untagged_weight_);
+  }
+  const std::array<Cookie, 3>& all() const { return cookies_; }
+
+private:
+  std::array<Cookie, 3> cookies_{};
+  std::optional<std::uint32_t> old_untagged_weight_; ///< set where the run weighted the untagged cookie
+};
+
 /// Runs one configuration once on the runtime's fibers. Both fibers share one
 /// start time and deadline, so time lost waiting for the core counts.
 Run run_fibers(Runtime& rt, const Settings& s, const Place& p, MemoryBuffer& buf, const Config& c) {
-  // Fresh cookies per run, as the seed tagged fresh processes each run. Reusing
-  // them would hide how the runtime places a new cookie against the long-lived
-  // untagged one.
-  const std::array<Cookie, 3> cookies{Cookie{}, Cookie::create(), Cookie::create()};
+  const RunCookies run_cookies(s, c);
+  const std::array<Cookie, 3>& cookies = run_cookies.all();
   const Stats before = rt.stats();
   const std::uint64_t idle_before = before.cores[p.core].forced_idle_ns;
   const Cookie cpu_cookie = cookies[static_cast<std::size_t>(c.cpu.tag)];
@@ -142,6 +179,10 @@ Run run_fibers(Runtime& rt, const Settings& s, const Place& p, MemoryBuffer& buf
   const Stats after = rt.stats();
   r.forced_idle_ns = after.cores[p.core].forced_idle_ns - idle_before;
   r.cpu_owned_ns = after.cookie(cpu_cookie).core_ns - before.cookie(cpu_cookie).core_ns;
+  if (c.mem) {
+    const Cookie mem_cookie = cookies[static_cast<std::size_t>(c.mem->tag)];
+    r.mem_owned_ns = after.cookie(mem_cookie).core_ns - before.cookie(mem_cookie).core_ns;
+  }
   r.siblings = p.siblings;
   return r;
 }
@@ -176,6 +217,8 @@ void write_json_head(JsonWriter& j, const Settings& s, const Runtime& rt, const 
   j.key("units").begin_object();
   j.field("cpu_events_per_s", "events/s").field("mem_mib_per_s", "MiB/s (2^20 bytes/s)");
   j.field("forced_idle_pct", "% of run time x siblings").field("elapsed_s", "s").field("forced_idle_ns", "ns");
+  j.field("shares", "% of the time either benchmark's cookie held the core (core: the runtime's core_ns) or of "
+                    "both loops' thread CPU time (thread)");
   j.end_object();
 }
 
@@ -210,11 +253,13 @@ int run(const Settings& s) {
   const auto results = run_ways(ways);
   const auto& rows = results.front();
   std::fputs(("\n" + render_rows(rows, s.block_bytes)).c_str(), stdout);
+  if (const auto shares = render_shares(s, rows, nullptr); !shares.empty()) std::printf("\n%s", shares.c_str());
   std::fflush(stdout);
 
   JsonWriter j;
   j.begin_object();
   write_json_head(j, s, rt, *place, primes);
+  write_weights(j, s);
   j.key("configs").begin_array();
   for (const auto& r : rows) write_row(j, r, s);
   j.end_array();

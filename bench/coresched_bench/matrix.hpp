@@ -4,6 +4,7 @@
 /// Internals shared by matrix.cpp (the runtime's fibers) and
 /// matrix_compare.cpp (sysbench processes and kernel-tagged threads).
 
+#include "cli_options.hpp"
 #include "common.hpp"
 #include "sysbench_work.hpp"
 
@@ -14,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <time.h>
 #include <vector>
 
 namespace coresched::bench::matrix {
@@ -35,6 +37,10 @@ struct Settings {
   bool compare_kernel = false;
   bool compare_alternation = false;
   std::vector<std::string> only; ///< configurations to run; empty: all six
+  std::optional<TenantWeights> weights; ///< --weights CPU:MEM; unset: both Cookie::kDefaultWeight
+
+  /// The weight of the cpu benchmark's cookie (role 0) or the memory one's (role 1).
+  std::uint32_t weight(unsigned role) const { return weights ? (*weights)[role] : Cookie::kDefaultWeight; }
 };
 
 /// Where one benchmark runs in a configuration: which sibling of the core, and
@@ -69,6 +75,19 @@ inline bool selected(const Settings& s, const Config& c) {
   return false;
 }
 
+/// Whether the two benchmarks carry different cookies on sibling PUs, so
+/// that they compete for the core and the weights divide its time. Alone has
+/// no rival; nosmt and no tag share one cookie (nosmt's two fibers take turns
+/// on one PU by the worker's own queue, which no weight reaches).
+inline bool competes(const Config& c) { return c.mem && c.mem->tag != c.cpu.tag && c.mem->sibling != c.cpu.sibling; }
+
+/// The share of the core the cpu benchmark should get where the two compete
+/// (weight / sum of weights), in %; nullopt where they do not.
+inline std::optional<double> expected_cpu_share_pct(const Settings& s, const Config& c) {
+  if (!competes(c)) return std::nullopt;
+  return 100.0 * s.weight(0) / (static_cast<double>(s.weight(0)) + s.weight(1));
+}
+
 /// Name of a tag for output.
 inline const char* tag_name(int tag) { return tag == 0 ? "untagged" : tag == 1 ? "A" : "B"; }
 
@@ -77,7 +96,18 @@ struct Work {
   std::uint64_t events = 0;
   std::uint64_t checksum = 0; ///< sum of event results: keeps them live, and checks them
   std::chrono::steady_clock::time_point end;
+  /// CPU time of the thread that ran the loop, over the loop (the kernel's
+  /// clock, not the runtime's books): a pinned fiber alone on its worker,
+  /// whose worker sleeps while forced idle, or a plain thread.
+  std::uint64_t thread_cpu_ns = 0;
 };
+
+/// CLOCK_THREAD_CPUTIME_ID now, in ns.
+inline std::uint64_t thread_cpu_now_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
 
 /// Runs `event` until `deadline`, reading the clock every `check_every` events
 /// (the clock costs ~28 ns: fine beside a cpu event, not beside a memory one).
@@ -86,6 +116,7 @@ struct Work {
 template <class Event>
 Work loop_until(std::chrono::steady_clock::time_point deadline, unsigned check_every, Event&& event) {
   Work w;
+  const std::uint64_t cpu_start = thread_cpu_now_ns();
   for (;;) {
     for (unsigned i = 0; i < check_every; ++i) {
       w.checksum += event();
@@ -93,7 +124,10 @@ Work loop_until(std::chrono::steady_clock::time_point deadline, unsigned check_e
     }
     w.events += check_every;
     w.end = std::chrono::steady_clock::now();
-    if (w.end >= deadline) return w;
+    if (w.end >= deadline) {
+      w.thread_cpu_ns = thread_cpu_now_ns() - cpu_start;
+      return w;
+    }
   }
 }
 
@@ -136,7 +170,16 @@ struct Run {
   std::optional<std::uint64_t> forced_idle_ns; ///< unset where not measured (threads, sysbench)
   /// How long the cpu benchmark's cookie held the core (coresched's fibers only).
   std::optional<std::uint64_t> cpu_owned_ns;
+  /// How long the memory benchmark's cookie held the core (likewise).
+  std::optional<std::uint64_t> mem_owned_ns;
   unsigned siblings = 2;
+  bool thread_times = true; ///< Work::thread_cpu_ns was measured (not for sysbench's processes)
+
+  /// The cpu benchmark's share of the core, in %, by the runtime's books:
+  /// its cookie's core_ns over both cookies'. Unset without both.
+  std::optional<double> cpu_core_share_pct() const;
+  /// The same by the loops' own thread CPU times.
+  std::optional<double> cpu_thread_share_pct() const;
 
   /// cpu events per ms its cookie held the core; unset where not measured.
   std::optional<double> cpu_events_per_owned_ms() const {
@@ -156,6 +199,8 @@ struct Row {
   Summary cpu() const;
   std::optional<Summary> mem(std::uint64_t block_bytes) const;
   std::optional<Summary> forced_idle() const;
+  std::optional<Summary> cpu_core_share() const;   ///< over Run::cpu_core_share_pct(), where the tenants compete
+  std::optional<Summary> cpu_thread_share() const; ///< over Run::cpu_thread_share_pct(), where the tenants compete
 };
 
 /// One way of running the configurations: coresched's fibers, plain threads
@@ -196,6 +241,20 @@ void report_handover(const std::vector<Row>& rows, const CoreStats& core, JsonWr
 
 /// One configuration's figures in JSON (summaries and per-run raw values).
 void write_row(JsonWriter& j, const Row& r, const Settings& s);
+
+/// The tenants' shares of the core, config by config: the expected share
+/// (weight / sum), ours by the runtime's core_ns and by thread CPU time,
+/// and, given `kernel`, the kernel's by thread CPU time, each avg and stdev
+/// over the runs; only the configurations where the tenants compete
+/// (matrix_shares.cpp). Empty when none ran.
+std::string render_shares(const Settings& s, const std::vector<Row>& ours, const std::vector<Row>* kernel);
+
+/// Writes a row's "shares" object (null where the tenants do not compete).
+void write_shares(JsonWriter& j, const Row& r, const Settings& s);
+
+/// Writes the "weights" object of the result: the two tenants' weights, and
+/// for the kernel's threads the nice values they map to.
+void write_weights(JsonWriter& j, const Settings& s);
 
 /// What the matrix runs on: the chosen core's first two siblings.
 struct Place {

@@ -73,6 +73,7 @@ std::uint64_t take_turns(Baton& baton, int me, Clock::time_point deadline, Clock
     total.events += w.events;
     total.checksum += w.checksum;
     total.end = w.end;
+    total.thread_cpu_ns += w.thread_cpu_ns;
     held += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(w.end - start).count());
     baton.hand(w.end >= deadline ? Baton::kDone : 1 - me, w.end);
   }
@@ -130,6 +131,7 @@ Comparison alternation_comparison(const Settings& s, const Place& p, MemoryBuffe
   Comparison c{"alternation", {}, {}, {}};
   Settings mine = s;
   mine.only.clear();
+  mine.weights.reset(); // the turns are equal whatever --weights says: expect an even split
   for (const std::string_view name : {"Alone", "both tagged"})
     if (s.only.empty() || std::find(s.only.begin(), s.only.end(), name) != s.only.end()) mine.only.emplace_back(name);
   if (mine.only.size() < 2) {
@@ -140,7 +142,7 @@ Comparison alternation_comparison(const Settings& s, const Place& p, MemoryBuffe
   c.way = Way{"matrix/alternation", mine, [s, p, &buffer, turn](const Config& cfg) {
                 return run_alternation(s, p, buffer, cfg, turn);
               }};
-  c.report = [s, slice](const std::vector<Row>& ours, const std::vector<Row>& rows, JsonWriter& j) {
+  c.report = [s, mine, slice](const std::vector<Row>& ours, const std::vector<Row>& rows, JsonWriter& j) {
     // The alternation's rows carry the ns its cpu thread held its turns where
     // ours carry the ns the cookie held the core, so one function reads both.
     const auto their_rate = owned_rate(rows);
@@ -159,7 +161,7 @@ Comparison alternation_comparison(const Settings& s, const Place& p, MemoryBuffe
     if (theirs) j.field("both_tagged_cpu_events_per_turn_ms_over_alone", *theirs);
     if (theirs && ours_ratio) j.field("ours_over_alternation", *ours_ratio / *theirs);
     j.key("configs").begin_array();
-    for (const auto& r : rows) write_row(j, r, s);
+    for (const auto& r : rows) write_row(j, r, mine);
     j.end_array().end_object();
   };
   return c;

@@ -216,6 +216,7 @@ Run run_sysbench(const TaggedTools& t, const Settings& s, const Place& p, const 
   if (!TaggedProcess::finish_all(ps, err)) throw std::runtime_error(err);
   Run r;
   r.siblings = p.siblings;
+  r.thread_times = false; // separate processes: their loops' thread times are not ours to read
   auto events = [](const std::string& out, std::string_view marker) {
     return static_cast<std::uint64_t>(number_after(out, marker).value_or(0));
   };
@@ -263,15 +264,31 @@ std::string kernel_probe() {
   return why;
 }
 
+/// Tries the tenants' nice values on a throwaway thread, so that a run that
+/// cannot weight the kernel's threads (a negative nice without root) says so
+/// before any run, not after ours; "" or why not.
+std::string nice_probe(const Settings& s) {
+  std::string why;
+  for (const int nice : kernel_nices_for_weights(s.weight(0), s.weight(1)))
+    if (nice != 0 && why.empty()) std::thread([&why, nice] { why = set_own_nice(nice); }).join();
+  return why;
+}
+
 /// Runs one configuration as plain threads: each pins itself, tags itself when
-/// its slot is tagged (so A and B differ: one prctl CREATE each), then loops.
+/// its slot is tagged (so A and B differ: one prctl CREATE each), takes its
+/// tenant's nice value where the two compete for the core (as our weights
+/// apply only there: elsewhere, in nosmt, a nice would split the one CPU
+/// unevenly where our fibers take even turns), then loops. The threads are
+/// new each run, so no nice outlives its run.
 Run run_threads(const Settings& s, const Place& p, MemoryBuffer& buf, const Config& c) {
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = after(start, s.time_s);
   std::string errs[2];
-  auto prepare = [&p](const Slot& slot, std::string& err) {
+  const auto nices = kernel_nices_for_weights(s.weight(0), s.weight(1));
+  auto prepare = [&p, &c, nices](const Slot& slot, unsigned role, std::string& err) {
     err = pin_self(p.cpus[slot.sibling]);
     if (err.empty() && slot.tag != 0) err = kernel_tag_self();
+    if (err.empty() && competes(c) && nices[role] != 0) err = set_own_nice(nices[role]);
   };
   Run r;
   std::optional<double> idle[2];   // each thread's core_forceidle_sum, read on it as its loop ends
@@ -279,14 +296,14 @@ Run run_threads(const Settings& s, const Place& p, MemoryBuffer& buf, const Conf
     return forceidle_ms("/proc/self/task/" + std::to_string(::syscall(SYS_gettid)) + "/sched");
   };
   std::thread cpu([&] {
-    prepare(c.cpu, errs[0]);
+    prepare(c.cpu, 0, errs[0]);
     const auto before = own_forceidle();
     r.cpu = cpu_loop(deadline, s.cpu_max_prime, s.sysbench_bookkeeping);
     if (const auto after = own_forceidle(); before && after) idle[0] = *after - *before;
   });
   std::thread mem;
   if (c.mem) mem = std::thread([&] {
-    prepare(*c.mem, errs[1]);
+    prepare(*c.mem, 1, errs[1]);
     const auto before = own_forceidle();
     r.mem = mem_loop(deadline, buf, s.sysbench_bookkeeping);
     if (const auto after = own_forceidle(); before && after) idle[1] = *after - *before;
@@ -350,6 +367,7 @@ Comparison sysbench_comparison(const Settings& s, const Place& p) {
 
 Comparison kernel_comparison(const Settings& s, const Place& p, const Topology& t, MemoryBuffer& buffer) {
   Comparison c{"kernel", kernel_probe(), {}, {}};
+  if (c.unavailable.empty()) c.unavailable = nice_probe(s);
   if (!c.unavailable.empty()) return c;
   if (!t.real_siblings())
     std::printf("note: CPUs %u and %u are not real SMT siblings (synthetic topology); kernel cookies will not "
@@ -359,7 +377,11 @@ Comparison kernel_comparison(const Settings& s, const Place& p, const Topology& 
     std::printf("\nkernel core scheduling (PR_SCHED_CORE cookies, plain pinned threads):\n%s",
                 render_rows(rows, s.block_bytes).c_str());
     print_ratio_table("ours vs. kernel (ratio = ours / kernel)", "kernel", s, ours, rows);
-    j.key("kernel").begin_object().field("available", true).key("configs").begin_array();
+    if (const auto shares = render_shares(s, ours, &rows); !shares.empty()) std::printf("\n%s", shares.c_str());
+    const auto nices = kernel_nices_for_weights(s.weight(0), s.weight(1));
+    j.key("kernel").begin_object().field("available", true);
+    j.key("nice").begin_object().field("cpu", nices[0]).field("mem", nices[1]).end_object();
+    j.key("configs").begin_array();
     for (const auto& r : rows) write_row(j, r, s);
     j.end_array().end_object();
   };

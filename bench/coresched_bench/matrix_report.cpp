@@ -132,9 +132,12 @@ void write_run(JsonWriter& j, const Run& r, std::uint64_t block_bytes) {
   j.field("cpu_events", r.cpu.events).field("cpu_elapsed_s", r.cpu_elapsed_s);
   j.field("cpu_events_per_s", r.cpu_events_per_s());
   if (r.cpu_owned_ns) j.field("cpu_owned_ns", *r.cpu_owned_ns);
+  if (r.thread_times) j.field("cpu_thread_cpu_ns", r.cpu.thread_cpu_ns);
   if (r.mem) {
     j.field("mem_events", r.mem->events).field("mem_elapsed_s", r.mem_elapsed_s);
     j.field("mem_mib_per_s", *r.mem_mib_per_s(block_bytes));
+    if (r.mem_owned_ns) j.field("mem_owned_ns", *r.mem_owned_ns);
+    if (r.thread_times) j.field("mem_thread_cpu_ns", r.mem->thread_cpu_ns);
   }
   if (r.forced_idle_ns) {
     j.field("forced_idle_ns", *r.forced_idle_ns).field("siblings", r.siblings);
@@ -154,6 +157,7 @@ void write_row(JsonWriter& j, const Row& r, const Settings& s) {
   if (auto m = r.mem(s.block_bytes)) j.summary("mem_mib_per_s", *m, "MiB/s");
   else j.key("mem_mib_per_s").null();
   if (auto f = r.forced_idle()) j.summary("forced_idle_pct", *f, "%");
+  write_shares(j, r, s);
   j.key("runs").begin_array();
   for (const auto& run : r.runs) write_run(j, run, s.block_bytes);
   j.end_array();
