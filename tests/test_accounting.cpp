@@ -158,12 +158,6 @@ struct Workload {
   const char* topology;
   std::vector<std::uint32_t> weights; // one cookie each
   unsigned fibers_per_cookie;         // of which one spawns and joins short-lived children
-  // Whether the fibers' books are exact: the gaps hold no forced idle that
-  // the kernel sees as running. Where all PUs are siblings of one core, a
-  // forced-idle PU spins through the hand-overs (synthetic siblings), which
-  // only the runtime sees: the books then bound a cookie's figure, from its
-  // stretches alone below to stretches and gaps above.
-  bool exact;
 };
 
 } // namespace
@@ -180,6 +174,7 @@ struct TrialResult {
   unsigned snapshots = 0;
   double worst_total = 0, worst_cookie = 0, worst_busy = 0; // the largest relative errors seen
   double final_total = 0;                                   // after join, relative error
+  double widest = 0; // the widest a cookie's bounds were, relative to the upper one (forced idle in the gaps)
 };
 
 // Relative distance of `got` from [lo, hi] (0 inside).
@@ -187,6 +182,32 @@ double off_by(double got, double lo, double hi) {
   if (got < lo) return (lo - got) / lo;
   if (got > hi) return (got - hi) / hi;
   return 0;
+}
+
+double sum_of(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return sum;
+}
+
+// Forced idle so far, over all cookies.
+double forced_idle(const Stats& st) {
+  double sum = 0;
+  for (const auto& cs : st.cookies) sum += static_cast<double>(cs.forced_idle_suffered_ns);
+  return sum;
+}
+
+// What the fibers' books say a cookie ran at least. A PU forced idle spins
+// through a hand-over on synthetic siblings, so the kernel sees it run, and
+// the books count that spin in the gap it falls in: only the runtime knows
+// which gaps hold how much of it. So a cookie ran at least its books less
+// all the forced idle so far, and never less than its own stretches; where
+// no PU was forced idle, exactly its books.
+std::vector<double> lower_bounds(const std::vector<double>& stretches, const std::vector<double>& books,
+                                 double forced) {
+  std::vector<double> lo(books.size());
+  for (std::size_t k = 0; k < books.size(); ++k) lo[k] = std::max(stretches[k], books[k] - forced);
+  return lo;
 }
 
 TrialResult run_trial(const Workload& w, std::chrono::milliseconds duration) {
@@ -255,9 +276,10 @@ TrialResult run_trial(const Workload& w, std::chrono::milliseconds duration) {
        next += std::chrono::milliseconds(100)) {
     std::this_thread::sleep_until(next);
     const std::int64_t t_before = mono_ns();
-    const std::vector<double> lo = measured(w.exact ? Part::stretches_and_gaps : Part::stretches);
+    const std::vector<double> own = measured(Part::stretches), books_lo = measured(Part::stretches_and_gaps);
     const Stats st = rt.stats();
     const std::vector<double> hi = measured(Part::books_and_open_gaps);
+    const std::vector<double> lo = lower_bounds(own, books_lo, forced_idle(st));
     const std::int64_t t_after = mono_ns();
     ++r.snapshots;
     std::ostringstream at;
@@ -272,7 +294,10 @@ TrialResult run_trial(const Workload& w, std::chrono::milliseconds duration) {
              std::to_string(got / 1e6) + " ms, its fibers measured " + std::to_string(lo[k] / 1e6) + ".." +
              std::to_string(hi[k] / 1e6) + " ms");
       got_sum += got, lo_sum += lo[k], hi_sum += hi[k];
+      if (r.snapshots > 1) r.widest = std::max(r.widest, (hi[k] - lo[k]) / hi[k]);
     }
+    // The forced idle is in some gaps once, so the sum is held closer.
+    lo_sum = lower_bounds({sum_of(own)}, {sum_of(books_lo)}, forced_idle(st))[0];
     const double e_total = off_by(got_sum, lo_sum, hi_sum);
     r.worst_total = std::max(r.worst_total, e_total);
     if (e_total > kTotalTolerance)
@@ -294,24 +319,25 @@ TrialResult run_trial(const Workload& w, std::chrono::milliseconds duration) {
   stop.store(true);
   for (auto& h : hs) h.join();
   const std::vector<double> final_measured = measured(Part::stretches_and_gaps);
-  const std::vector<double> final_stretches = measured(Part::stretches);
   const Stats joined = rt.stats();
+  const std::vector<double> final_own = measured(Part::stretches);
+  const std::vector<double> final_lo = lower_bounds(final_own, final_measured, forced_idle(joined));
   rt.shutdown();
   const Stats ended = rt.stats();
-  double got_sum = 0, measured_sum = 0, stretches_sum = 0;
+  double got_sum = 0, measured_sum = 0, lo_sum = 0;
   for (std::size_t k = 0; k < n_cookies; ++k) {
     const double got = static_cast<double>(cpu_of(joined, cookies[k]));
     const double after = static_cast<double>(cpu_of(ended, cookies[k]));
-    const double lo = w.exact ? final_measured[k] : final_stretches[k];
-    if (off_by(got, lo, final_measured[k]) > kCookieTolerance)
+    if (off_by(got, final_lo[k], final_measured[k]) > kCookieTolerance)
       fail(std::string(w.topology) + " after join: cookie " + std::to_string(k) + " stats " +
            std::to_string(got / 1e6) + " ms, its fibers measured " + std::to_string(final_measured[k] / 1e6) + " ms");
     if (after < got || after > got + 1e6)
       fail(std::string(w.topology) + " shutdown: cookie " + std::to_string(k) + " went from " +
            std::to_string(got / 1e6) + " to " + std::to_string(after / 1e6) + " ms");
-    got_sum += got, measured_sum += final_measured[k], stretches_sum += final_stretches[k];
+    got_sum += got, measured_sum += final_measured[k], lo_sum += final_lo[k];
   }
-  r.final_total = off_by(got_sum, w.exact ? measured_sum : stretches_sum, measured_sum);
+  lo_sum = lower_bounds({sum_of(final_own)}, {measured_sum}, forced_idle(joined))[0];
+  r.final_total = off_by(got_sum, lo_sum, measured_sum);
   if (r.final_total > kTotalTolerance)
     fail(std::string(w.topology) + " after join: sum " + std::to_string(got_sum / 1e6) + " ms, fibers measured " +
          std::to_string(measured_sum / 1e6) + " ms");
@@ -323,23 +349,23 @@ TrialResult run_trial(const Workload& w, std::chrono::milliseconds duration) {
 // Busy fibers of weighted cookies on four synthetic machines, snapshots every
 // 100 ms. Real time on a shared machine: a trial may meet a noisy neighbour,
 // so each gets up to 3 tries and passes on the first in which every check
-// held. Without the open segment in Worker::collect, stats read a cookie that
-// keeps its core as frozen (99.9 % off on core:2 pu:2, 70-100 % on core:3
-// pu:2, 12-23 % on core:1 pu:2).
+// held. Without the open segment in Worker::collect every try fails on all
+// four (a cookie that keeps its core reads frozen: 92-100 % off on core:2
+// pu:2 and core:3 pu:2, 7-94 % on the single-core ones).
 TEST_CASE("stats match the fibers' own clocks at every snapshot, joins, exits and shutdown",
           "[stats][accounting]") {
-  const Workload w = GENERATE(values<Workload>({{"core:2 pu:2", {300, 100}, 3, true},
-                                                {"core:1 pu:2", {300, 100}, 4, false},
-                                                {"core:1 pu:4", {200, 100}, 8, false},
-                                                {"core:3 pu:2", {100, 200, 300}, 3, true}}));
+  const Workload w = GENERATE(values<Workload>({{"core:2 pu:2", {300, 100}, 3},
+                                                {"core:1 pu:2", {300, 100}, 4},
+                                                {"core:1 pu:4", {200, 100}, 8},
+                                                {"core:3 pu:2", {100, 200, 300}, 3}}));
   const auto duration = std::chrono::milliseconds(std::max(300, static_cast<int>(1500 * test_support::stress_scale())));
   TrialResult r;
   for (int attempt = 0; attempt < 3; ++attempt) {
     r = run_trial(w, duration);
     std::printf("%s try %d: %u snapshots, worst error: sum %.3f %%, cookie %.3f %%, cpu+forced idle vs PUs x time "
-                "%.3f %%, after join %.3f %%\n",
+                "%.3f %%, after join %.3f %%; bounds up to %.1f %% wide\n",
                 w.topology, attempt, r.snapshots, 100 * r.worst_total, 100 * r.worst_cookie, 100 * r.worst_busy,
-                100 * r.final_total);
+                100 * r.final_total, 100 * r.widest);
     if (r.ok) break;
   }
   INFO(r.failures);
