@@ -6,6 +6,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 namespace coresched {
 
 const char* to_string(FairnessPolicy p) noexcept {
@@ -25,11 +29,22 @@ CookieStats Stats::cookie(Cookie c) const {
 std::string Stats::to_table() const {
   auto ms = [](std::uint64_t ns) { return static_cast<double>(ns) / 1e6; };
   std::string out = "coresched statistics\n";
-  out += fmt::format("{:>10} {:>12} {:>12} {:>16} {:>16} {:>10}\n", "cookie", "cpu ms", "core ms",
-                     "fi suffered ms", "fi caused ms", "runs");
-  for (const auto& c : cookies)
-    out += fmt::format("{:>10} {:>12.3f} {:>12.3f} {:>16.3f} {:>16.3f} {:>10}\n", c.cookie.value(), ms(c.cpu_ns),
-                       ms(c.core_ns), ms(c.forced_idle_suffered_ns), ms(c.forced_idle_caused_ns), c.runs);
+  // The cookie column holds the label ("7 (premium)"): as wide as the widest
+  // (a name may have 48 bytes), so the figures stay in their columns.
+  std::vector<std::string> labels;
+  std::size_t width = 10;
+  for (const auto& c : cookies) {
+    labels.push_back(c.cookie.label());
+    width = std::max(width, labels.back().size());
+  }
+  out += fmt::format("{:<{}} {:>6} {:>12} {:>12} {:>16} {:>16} {:>10}\n", "cookie", width, "weight", "cpu ms",
+                     "core ms", "fi suffered ms", "fi caused ms", "runs");
+  for (std::size_t i = 0; i < cookies.size(); ++i) {
+    const CookieStats& c = cookies[i];
+    out += fmt::format("{:<{}} {:>6} {:>12.3f} {:>12.3f} {:>16.3f} {:>16.3f} {:>10}\n", labels[i], width, c.weight,
+                       ms(c.cpu_ns), ms(c.core_ns), ms(c.forced_idle_suffered_ns), ms(c.forced_idle_caused_ns),
+                       c.runs);
+  }
   out += fmt::format("{:>10} {:>16} {:>16} {:>10} {:>14} {:>14}\n", "core", "cookie switches", "forced idle ms",
                      "handovers", "gap p50 us", "gap p99 us");
   auto us = [](std::uint64_t ns) { return static_cast<double>(ns) / 1e3; };
