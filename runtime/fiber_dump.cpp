@@ -12,6 +12,7 @@
 // for that lock, and while a dump symbolized and wrote under it each such
 // worker waited for a whole dump (a thread dumping every 0.5 ms stretched a
 // runtime's shutdown to seconds, and caused false stall reports).
+#include "cookie_registry.hpp"
 #include "core_coordinator.hpp"
 #include "scheduler.hpp"
 #include "worker.hpp"
@@ -45,7 +46,10 @@ const char* state_name(FiberState s) {
   return "?";
 }
 
-std::string cookie_name(std::uint64_t c) { return c == kNoCookie ? std::string("none") : fmt::format("{}", c); }
+// The label ("7 (premium)") of a cookie the dump read, "none" for kNoCookie. A
+// value copied from a retiring fiber may be garbage: the lookup then finds no
+// name and prints the number.
+std::string cookie_text(std::uint64_t c) { return c == kNoCookie ? std::string("none") : cookie_label(c); }
 
 std::string duration(std::uint64_t ns) {
   if (ns >= 10'000'000'000ULL) return fmt::format("{:.1f} s", static_cast<double>(ns) / 1e9);
@@ -318,14 +322,14 @@ __attribute__((no_sanitize_thread)) void Scheduler::dump(std::FILE* out) {
     else if (core->single_pu()) std::fputs(" single PU", out);
     else if (snap.owner == kNoCookie) std::fputs(" no owner (the whole core idles)", out);
     else
-      std::fprintf(out, " owner cookie %s for %s", cookie_name(snap.owner).c_str(),
+      std::fprintf(out, " owner cookie %s for %s", cookie_text(snap.owner).c_str(),
                    duration(now - std::min(now, snap.owner_since_ns)).c_str());
     std::fputc('\n', out);
     if (!core->single_pu() && !snap.cookies.empty()) {
       std::string books;
       for (const auto& e : snap.cookies)
         if (e.runnable || e.cookie == snap.owner)
-          books += fmt::format(" [cookie {}: {} queued, vruntime {}, waited {}]", cookie_name(e.cookie), e.runnable,
+          books += fmt::format(" [cookie {}: {} queued, vruntime {}, waited {}]", cookie_text(e.cookie), e.runnable,
                                duration(e.vruntime), e.waited < 0 ? "-" + duration(static_cast<std::uint64_t>(-e.waited))
                                                                   : duration(static_cast<std::uint64_t>(e.waited)));
       if (!books.empty()) std::fprintf(out, "  books:%s\n", books.c_str());
@@ -336,23 +340,23 @@ __attribute__((no_sanitize_thread)) void Scheduler::dump(std::FILE* out) {
       const auto& pu = snap.pus[s];
       std::string what;
       const FiberFacts r = read_fiber(v.running);
-      if (r.ok && r.is_task) what = fmt::format("runs fiber {} (cookie {})", r.id, cookie_name(r.cookie));
+      if (r.ok && r.is_task) what = fmt::format("runs fiber {} (cookie {})", r.id, cookie_text(r.cookie));
       else if (!r.ok && v.running) what = "runs a fiber that has just ended";
       else if (v.forced)
         what = fmt::format("forced idle for {}, wants cookie {}, core held by cookie {}",
-                           duration(now - std::min(now, v.forced_since_ns)), cookie_name(v.forced_wanted),
-                           cookie_name(v.forced_blocker));
+                           duration(now - std::min(now, v.forced_since_ns)), cookie_text(v.forced_wanted),
+                           cookie_text(v.forced_blocker));
       else
         what = v.idle ? "idle" : "between fibers";
       if (snap.locked && pu.sleeping) what += ", asleep";
       if (pu.preempt) what += ", asked to preempt";
       if (v.local_queue) what += ", fibers on its private queue";
       std::fprintf(out, "  worker %u (cpu %u): publishes cookie %s; %s; %zu queued\n", wi,
-                   workers_[wi]->pu().cpu, cookie_name(pu.running).c_str(), what.c_str(), pu.queue);
+                   workers_[wi]->pu().cpu, cookie_text(pu.running).c_str(), what.c_str(), pu.queue);
     }
     for (const auto& q : snap.queued)
       std::fprintf(out, "    queued on worker %u: fiber %llu cookie %s%s%s\n", core->sibling(q.sibling).worker,
-                   static_cast<unsigned long long>(q.id), cookie_name(q.cookie).c_str(),
+                   static_cast<unsigned long long>(q.id), cookie_text(q.cookie).c_str(),
                    q.pinned != kNotPinned ? fmt::format(", pinned to PU {}", q.pinned).c_str() : "",
                    q.fresh ? ", never ran" : "");
     if (snap.queued_total > snap.queued.size())
@@ -405,7 +409,7 @@ __attribute__((no_sanitize_thread)) void Scheduler::dump(std::FILE* out) {
     const FiberState st = f.state;
     const bool parked = st == FiberState::parked || st == FiberState::parking;
     const std::uint64_t since = s.wait.since_ns > now ? now : s.wait.since_ns;
-    std::string line = fmt::format("fiber {} cookie {} {}", f.id, cookie_name(f.cookie), state_name(st));
+    std::string line = fmt::format("fiber {} cookie {} {}", f.id, cookie_text(f.cookie), state_name(st));
     if (st == FiberState::running) line += fmt::format(" on worker {}", f.last_worker);
     else line += fmt::format(", last on worker {}", f.last_worker);
     if (f.pinned != kNotPinned) line += fmt::format(", pinned to PU {}", f.pinned);
@@ -413,7 +417,7 @@ __attribute__((no_sanitize_thread)) void Scheduler::dump(std::FILE* out) {
     std::fprintf(out, "%s\n", line.c_str());
     for (auto p = s.chain.rbegin() + 1; p != s.chain.rend(); ++p)
       std::fprintf(out, "    below it on the same stack: fiber %llu cookie %s, joining it inline\n",
-                   static_cast<unsigned long long>(p->id), cookie_name(p->cookie).c_str());
+                   static_cast<unsigned long long>(p->id), cookie_text(p->cookie).c_str());
     if (s.walked && s.frames.empty()) std::fputs("      (no saved frame on its stack)\n", out);
     for (std::size_t depth = 0; depth < s.frames.size(); ++depth)
       std::fprintf(out, "      #%-2zu %#014lx %s\n", depth, static_cast<unsigned long>(s.frames[depth]),

@@ -104,7 +104,7 @@ TEST_CASE("the fiber dump ends its walk at a frame pointer near the top of the a
     rbp_test_event = &release;
     auto waiter = rt.spawn([rbp] { dump_test_call_with_rbp(&wait_for_rbp_test_event, rbp); });
     const std::string d = dump_when(rt, [&](const std::string& s) {
-      return has(s, "fiber " + std::to_string(waiter.id()) + " cookie 0 parked");
+      return has(s, "fiber " + std::to_string(waiter.id()) + " cookie 0 (untagged) parked");
     });
     INFO("rbp " << rbp << "\n" << d);
     CHECK(has(d, "started fibers listed"));
@@ -168,7 +168,7 @@ TEST_CASE("the fiber dump walks a frame that ASan marks as a redzone without abo
   Event release;
   auto waiter = rt.spawn([&] { wait_with_a_poisoned_frame_link(release); });
   const std::string d = dump_when(rt, [&](const std::string& s) {
-    return has(s, "fiber " + std::to_string(waiter.id()) + " cookie 0 parked");
+    return has(s, "fiber " + std::to_string(waiter.id()) + " cookie 0 (untagged) parked");
   });
   INFO(d);
   CHECK(has(d, "wait_with_a_poisoned_frame_link"));
@@ -187,7 +187,8 @@ TEST_CASE("the fiber dump names what each parked fiber waits for, with its frame
   int fds[2];
   REQUIRE(::pipe(fds) == 0);
 
-  auto event_waiter = rt.spawn([&] { wait_in_a_named_function(release); }, SpawnOptions{.cookie = Cookie::from_value(7)});
+  const Cookie waits = Cookie::create("waits \"here\"");
+  auto event_waiter = rt.spawn([&] { wait_in_a_named_function(release); }, SpawnOptions{.cookie = waits});
   auto joiner = rt.spawn([&] { event_waiter.join(); });
   auto mutex_holder = rt.spawn([&] {
     m.lock();
@@ -226,7 +227,8 @@ TEST_CASE("the fiber dump names what each parked fiber waits for, with its frame
   CHECK(has(d, "Channel recv at 0x"));
   CHECK(has(d, want_read));
   CHECK(has(d, "sleep, "));
-  CHECK(has(d, "fiber " + std::to_string(event_waiter.id()) + " cookie 7 parked"));
+  CHECK(has(d, "fiber " + std::to_string(event_waiter.id()) + " cookie " + std::to_string(waits.value()) +
+                   " (waits \"here\") parked")); // the cookie's label: number and name
   // Frames from the saved context, named: the runtime's wait and the test's own
   // function (this file is built with frame pointers, as the README advises).
   CHECK(has(d, "coresched::detail::WaitQueue::wait"));
@@ -247,17 +249,19 @@ TEST_CASE("the fiber dump names what each parked fiber waits for, with its frame
 TEST_CASE("the fiber dump returns while a fiber holds its worker", "[dump]") {
   Runtime rt(topo("core:1 pu:2"));
   std::atomic<bool> stop{false}, spinning{false};
+  const Cookie spin = Cookie::create("spin"), other_cookie = Cookie::create();
   auto spinner = rt.spawn([&] {
     spinning = true;
     while (!stop.load()) {} // no preemption point
-  }, SpawnOptions{.cookie = Cookie::from_value(3)});
+  }, SpawnOptions{.cookie = spin});
   auto other = rt.spawn([&] { this_fiber::sleep_for(std::chrono::milliseconds(1)); },
-                        SpawnOptions{.cookie = Cookie::from_value(4)});
+                        SpawnOptions{.cookie = other_cookie});
   while (!spinning) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const std::string d = dump_of(rt);
   INFO(d);
-  CHECK(has(d, "runs fiber " + std::to_string(spinner.id()) + " (cookie 3)"));
-  CHECK(has(d, "fiber " + std::to_string(spinner.id()) + " cookie 3 running"));
+  CHECK(has(d, "runs fiber " + std::to_string(spinner.id()) + " (cookie " + spin.label() + ")"));
+  CHECK(has(d, "fiber " + std::to_string(spinner.id()) + " cookie " + spin.label() + " running"));
+  CHECK(has(d, "owner cookie " + spin.label() + " for "));
   stop = true;
 }
 
@@ -289,14 +293,14 @@ TEST_CASE("the fiber dump lists fibers that never ran and a child run inline", "
     // under TSan, can keep the dump from taking it for its 1 ms)
     // The child sets its id before it parks: wait for the park too (a dump
     // taken between the two lists it running; seen once in CI under TSan).
-    return child_id.load() && has(s, "fiber " + std::to_string(child_id.load()) + " cookie 0 parked") &&
+    return child_id.load() && has(s, "fiber " + std::to_string(child_id.load()) + " cookie 0 (untagged) parked") &&
            has(s, "below it on the same stack: fiber " + std::to_string(parent_id.load())) &&
            !has(s, "queues not read");
   });
   INFO(d);
-  CHECK(has(d, "fiber " + std::to_string(child_id.load()) + " cookie 0 parked"));
+  CHECK(has(d, "fiber " + std::to_string(child_id.load()) + " cookie 0 (untagged) parked"));
   CHECK(has(d, "below it on the same stack: fiber " + std::to_string(parent_id.load())));
-  CHECK(has(d, "fiber " + std::to_string(queued.id()) + " cookie 0, pinned to PU 1, never ran"));
+  CHECK(has(d, "fiber " + std::to_string(queued.id()) + " cookie 0 (untagged), pinned to PU 1, never ran"));
   stop = true;
   go.set();
 }
@@ -319,7 +323,7 @@ TEST_CASE("the dump signal writes a fiber dump to stderr", "[dump]") {
     Runtime rt(o);
     Event e;
     auto h = rt.spawn([&] { wait_in_a_named_function(e); });
-    (void)dump_when(rt, [&](const std::string& d) { return has(d, "fiber " + std::to_string(h.id()) + " cookie 0 parked"); });
+    (void)dump_when(rt, [&](const std::string& d) { return has(d, "fiber " + std::to_string(h.id()) + " cookie 0 (untagged) parked"); });
     ::kill(::getpid(), SIGUSR2);
     pollfd p{go[0], POLLIN, 0};
     (void)::poll(&p, 1, 30'000); // the parent has read the whole dump (or gave up)
