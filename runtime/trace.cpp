@@ -2,6 +2,7 @@
 #include "trace.hpp"
 
 #include "clock.hpp"
+#include "cookie_registry.hpp"
 
 #include <coresched/join_handle.hpp> // UsageError
 
@@ -11,6 +12,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
+#include <unordered_map>
 
 namespace coresched::detail {
 
@@ -36,29 +39,82 @@ std::size_t capacity_from_env() {
 // Chrome trace-event timestamps are microseconds; keep nanosecond resolution.
 std::string us(std::uint64_t ns) { return fmt::format("{}.{:03}", ns / 1000, ns % 1000); }
 
-std::string event_json(const TraceEvent& e, unsigned tid, std::uint64_t origin) {
+// A JSON string's contents. Names refuse control characters at creation, but
+// a quote or a backslash in a name made the whole trace unreadable, and bytes
+// that are not UTF-8 make strict parsers (Python's json) refuse it too: they
+// become U+FFFD.
+std::string json_escape(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto u = static_cast<unsigned char>(s[i]);
+    if (u < 0x80) {
+      if (u == '"' || u == '\\') out += {'\\', s[i]};
+      else if (u < 0x20 || u == 0x7f) out += fmt::format("\\u{:04x}", u);
+      else out += s[i];
+      ++i;
+      continue;
+    }
+    // A UTF-8 sequence: the lead byte gives its length and the second byte's
+    // range (no overlong forms, no surrogates, nothing past U+10FFFF).
+    std::size_t n = 0;
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (u >= 0xc2 && u <= 0xdf) n = 2;
+    else if (u >= 0xe0 && u <= 0xef) n = 3, lo = u == 0xe0 ? 0xa0 : 0x80, hi = u == 0xed ? 0x9f : 0xbf;
+    else if (u >= 0xf0 && u <= 0xf4) n = 4, lo = u == 0xf0 ? 0x90 : 0x80, hi = u == 0xf4 ? 0x8f : 0xbf;
+    std::size_t k = 1;
+    for (; k < n && i + k < s.size(); ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if (k == 1 ? c < lo || c > hi : (c & 0xc0) != 0x80) break;
+    }
+    if (n && k == n) out.append(s.substr(i, n));
+    else out += "\\ufffd";
+    i += k;
+  }
+  return out;
+}
+
+// Each cookie's name, escaped for JSON, looked up once per trace: the
+// registry is read at write time (names never change, so the name is the one
+// the cookie had while the events were recorded).
+class CookieNames {
+public:
+  // `,"<key>_name":"premium"` for a named cookie; nothing for one without a name.
+  std::string field(std::uint64_t cookie, std::string_view key) {
+    auto [it, fresh] = escaped_.try_emplace(cookie);
+    if (fresh)
+      if (const char* n = cookie_name(cookie)) it->second = json_escape(n);
+    return it->second.empty() ? std::string() : fmt::format(R"(,"{}_name":"{}")", key, it->second);
+  }
+
+private:
+  std::unordered_map<std::uint64_t, std::string> escaped_;
+};
+
+std::string event_json(const TraceEvent& e, unsigned tid, std::uint64_t origin, CookieNames& names) {
   const std::uint64_t ts = e.ts_ns > origin ? e.ts_ns - origin : 0;
   switch (e.kind) {
   case TraceKind::run:
     return fmt::format(R"({{"name":"fiber {}","cat":"run","ph":"X","pid":1,"tid":{},"ts":{},"dur":{},)"
-                       R"("args":{{"fiber":{},"cookie":{}}}}})",
-                       e.id, tid, us(ts), us(e.dur_ns), e.id, e.cookie);
+                       R"("args":{{"fiber":{},"cookie":{}{}}}}})",
+                       e.id, tid, us(ts), us(e.dur_ns), e.id, e.cookie, names.field(e.cookie, "cookie"));
   case TraceKind::forced_idle:
     return fmt::format(R"({{"name":"forced idle","cat":"forced_idle","ph":"X","pid":1,"tid":{},"ts":{},"dur":{},)"
-                       R"("args":{{"waiting_cookie":{},"core_cookie":{}}}}})",
-                       tid, us(ts), us(e.dur_ns), e.cookie, e.other);
+                       R"("args":{{"waiting_cookie":{},"core_cookie":{}{}{}}}}})",
+                       tid, us(ts), us(e.dur_ns), e.cookie, e.other, names.field(e.cookie, "waiting_cookie"),
+                       names.field(e.other, "core_cookie"));
   case TraceKind::cookie_change:
     return fmt::format(R"({{"name":"cookie {}","cat":"cookie","ph":"i","s":"t","pid":1,"tid":{},"ts":{},)"
-                       R"("args":{{"cookie":{}}}}})",
-                       e.cookie, tid, us(ts), e.cookie);
+                       R"("args":{{"cookie":{}{}}}}})",
+                       e.cookie, tid, us(ts), e.cookie, names.field(e.cookie, "cookie"));
   case TraceKind::handover:
     return fmt::format(R"({{"name":"hand-over","cat":"handover","ph":"X","pid":1,"tid":{},"ts":{},"dur":{},)"
-                       R"("args":{{"from_cookie":{},"to_cookie":{}}}}})",
-                       tid, us(ts), us(e.dur_ns), e.other, e.cookie);
+                       R"("args":{{"from_cookie":{},"to_cookie":{}{}{}}}}})",
+                       tid, us(ts), us(e.dur_ns), e.other, e.cookie,
+                       names.field(e.other, "from_cookie"), names.field(e.cookie, "to_cookie"));
   case TraceKind::wakeup:
     return fmt::format(R"({{"name":"wake fiber {}","cat":"wakeup","ph":"i","s":"t","pid":1,"tid":{},"ts":{},)"
-                       R"("args":{{"fiber":{},"cookie":{},"to_worker":{}}}}})",
-                       e.id, tid, us(ts), e.id, e.cookie, e.other);
+                       R"("args":{{"fiber":{},"cookie":{},"to_worker":{}{}}}}})",
+                       e.id, tid, us(ts), e.id, e.cookie, e.other, names.field(e.cookie, "cookie"));
   }
   return {};
 }
@@ -106,10 +162,11 @@ std::string Trace::write(const Topology& topology) const {
                         pu.index, pu.index);
   }
   std::fputs(text.c_str(), out);
+  CookieNames names;
   for (unsigned w = 0; w < rings_.size(); ++w)
     for (const TraceEvent& e : rings_[w]->snapshot()) {
       std::fputc(',', out);
-      std::fputs(event_json(e, w, origin_ns_).c_str(), out);
+      std::fputs(event_json(e, w, origin_ns_, names).c_str(), out);
     }
   std::fputs("]}\n", out);
   const bool ok = std::ferror(out) == 0;

@@ -5,7 +5,9 @@
 // after start; when full, the oldest events are overwritten), and the rings
 // are written as Chrome trace-event JSON at shutdown, for Perfetto UI or
 // chrome://tracing. When tracing is off, each hook is one branch on a null
-// pointer.
+// pointer. Events record cookie numbers; the file gives a named cookie's name
+// beside its number in each event's args ("cookie_name", "core_cookie_name",
+// ...), looked up when the file is written.
 #pragma once
 
 #include <coresched/topology.hpp>

@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Runs a program with CORESCHED_TRACE set and checks that the trace it leaves
 is Chrome trace-event JSON: every event has the fields Perfetto needs, spans
-have non-negative durations, and there is a run span on some worker.
+have non-negative durations, there is a run span on some worker, and a named
+cookie's name (args "<field>_name" beside the cookie number "<field>") is a
+string, the same in every event.
 
     check_trace.py PROGRAM [ARGS...]
 """
@@ -32,9 +34,18 @@ def main() -> int:
             assert isinstance(e["tid"], int), e
         if e["ph"] == "X":
             assert e["dur"] >= 0, e
+    names = {}
+    for e in events:
+        args = e.get("args", {})
+        for key, value in args.items():
+            if not key.endswith("cookie_name"):
+                continue
+            number = args.get(key[:-len("_name")])
+            assert isinstance(number, int) and isinstance(value, str) and value, e
+            assert names.setdefault(number, value) == value, f"cookie {number} named {names[number]!r} and {value!r}"
     runs = [e for e in events if e.get("cat") == "run"]
     assert runs, "no run spans in the trace"
-    print(f"trace OK: {len(events)} events, {len(runs)} run spans")
+    print(f"trace OK: {len(events)} events, {len(runs)} run spans, named cookies {names}")
     return 0
 
 

@@ -6,6 +6,7 @@
 #include <coresched/coresched.hpp>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <chrono>
 #include <cstdio>
@@ -40,11 +41,10 @@ std::size_t count(const std::string& text, const std::string& what) {
 // Two tenants compete for one core with two siblings and wake each other
 // through sleeps, each round longer than a slice (so the core changes cookie
 // while the cookie it leaves still has work): every kind of event appears.
-void contended_run(const std::string& path) {
+void contended_run(const std::string& path, Cookie a = Cookie::create(), Cookie b = Cookie::create()) {
   Options o = topo("core:1 pu:2");
   o.trace_path = path;
   Runtime rt(o);
-  const Cookie a = Cookie::create(), b = Cookie::create();
   std::vector<JoinHandle<void>> fibers;
   for (int i = 0; i < 4; ++i)
     fibers.push_back(rt.spawn(
@@ -75,6 +75,24 @@ TEST_CASE("the trace records run spans, forced idle, cookie changes, hand-overs 
   CHECK(count(text, R"("cat":"cookie")") > 0);
   CHECK(count(text, R"("cat":"wakeup")") > 0);
   CHECK(count(text, R"("cat":"handover")") > 0);
+}
+
+TEST_CASE("the trace gives a named cookie's name beside its number, escaped", "[trace]") {
+  const std::string path = temp_path("names");
+  // A quote, a backslash, UTF-8 (e-acute) and a byte that is not UTF-8.
+  const Cookie a = Cookie::create("say \"hi\" \\ caf\xc3\xa9 \xff"), b = Cookie::create();
+  contended_run(path, a, b);
+  const std::string text = slurp(path);
+  const std::string named = fmt::format(R"("cookie":{},"cookie_name":)", a.value()) +
+                            "\"say \\\"hi\\\" \\\\ caf\xc3\xa9 \\ufffd\"";
+  CHECK(count(text, named) > 0);
+  CHECK(count(text, fmt::format(R"("cookie":{},"cookie_name")", b.value())) == 0); // no name, no field
+  CHECK(count(text, R"("core_cookie_name")") + count(text, R"("waiting_cookie_name")") > 0);
+  CHECK(count(text, R"("from_cookie_name")") + count(text, R"("to_cookie_name")") > 0);
+  // Well-formed for a strict parser: Python's json, reading the file as UTF-8.
+  const std::string check = "python3 -c 'import json, sys; json.load(open(sys.argv[1], encoding=\"utf-8\"))' " + path;
+  CHECK(std::system(check.c_str()) == 0);
+  std::remove(path.c_str());
 }
 
 TEST_CASE("a full trace ring keeps only the newest events", "[trace]") {
