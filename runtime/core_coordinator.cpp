@@ -48,6 +48,7 @@ CoreCoordinator::CookieEntry& CoreCoordinator::entry(std::uint64_t cookie) {
   CookieEntry& e = cookies_.emplace_back(CookieEntry{cookie});
   e.vruntime = min_vruntime_;
   e.weight = cookie_weight(cookie);
+  weighted_ |= e.weight != kDefaultWeight;
   return e;
 }
 

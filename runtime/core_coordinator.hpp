@@ -189,6 +189,7 @@ public:
   unsigned size() const noexcept { return static_cast<unsigned>(siblings_.size()); }
   unsigned index() const noexcept { return index_; }
   bool single_pu() const noexcept { return single_pu_; }
+  FairnessPolicy policy() const noexcept { return cfg_.policy; }
 
   // ---- under lock() ----
   /// Queues `f` on sibling `s` and wakes a sibling that can run it. Returns
@@ -320,8 +321,8 @@ private:
     std::uint64_t cookie;
     std::size_t runnable = 0;    // queued on this core
     std::uint64_t vruntime = 0;  // core-wide: time this cookie owned the core, x 100 / weight
-    std::int64_t waited = 0;     // time it was runnable while another cookie owned the core,
-                                 // x weight / 100, relative to the current owner (which sits at 0)
+    std::int64_t waited = 0;     // time it was runnable while another cookie owned the core (weighted:
+                                 // its lag, core_fairness.cpp), relative to the current owner (at 0)
     std::uint32_t weight = 100;  // cookie_weight(), as of the last checkpoint
     bool placed = false;         // it has arrived here before: place() may give it the sleeper credit
   };
@@ -340,6 +341,9 @@ private:
   std::uint64_t hysteresis(const CookieEntry& a, const CookieEntry& b, FairnessPolicy book) const noexcept;
   std::int64_t until_leads(const CookieEntry& a, const CookieEntry& owner) const noexcept;
   void refresh_weights();
+  std::uint64_t competing_weight() const noexcept;
+  static std::int64_t wait_rate(std::uint32_t w, std::uint32_t w_owner, std::uint64_t total) noexcept;
+  void time_weighted_turn(const CookieEntry& owner, std::uint64_t& kept_until) const noexcept;
   std::uint64_t leads_at(const CookieEntry& a, const CookieEntry& owner) const noexcept;
   static constexpr unsigned kMinTurnShift = 3; // a turn's least length: granularity >> this
   void preempt_owner_for(std::uint64_t cookie);
@@ -363,6 +367,7 @@ private:
   std::uint64_t turn_start_ = 0;   // when owner_ last changed (set_owner)
   std::uint64_t min_vruntime_ = 0; // monotonic floor, as CFS's min_vruntime
   std::uint64_t weights_seen_ = 0; // weights_generation() the books' weights are from
+  bool weighted_ = false;          // some cookie on the books has a weight other than the default
   void set_owner(std::uint64_t cookie);
   GapHistogram handover_gaps_;
   std::uint64_t handover_since_ = 0;        // a hand-over is under way since (ns); 0: none

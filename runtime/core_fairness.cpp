@@ -9,21 +9,27 @@
 //
 // Weights (Cookie::set_weight) enter in two places. Time is weighted as it is
 // booked: a cookie's vruntime grows by wall x 100 / weight, as the kernel's
-// by delta x NICE_0_LOAD / weight, and its `waited` by wall x weight / 100;
-// so where cookies compete, each owns the core in proportion to its weight.
-// And the hysteresis between two cookies is scaled by the square root of
-// their weights' product (hysteresis()): a pair's turns are
-// 2g x sqrt(w_a / w_b) and 2g x sqrt(w_b / w_a) of wall time (g: the
-// granularity), so a 100:1 pair alternates every ~10 g rather than ~100 g,
-// and the lighter cookie waits 2g x sqrt(w_heavy / w_light) for its turn, not
-// 2g x w_heavy / w_light. With equal weights both are what they always were:
-// turns of 2g. docs/design.md ("Weights") derives the bounds.
+// by delta x NICE_0_LOAD / weight. `waited` is a lag: over a span the owner
+// owns, each competing cookie is owed span x w / W of it (W: the competing
+// cookies' total weight) and the owner pays the span; relative to the owner,
+// who stays at 0, a waiter gains span x (W + w - w_owner) / W (wait_rate()).
+// (Gaining span x w / 100 instead starved a light cookie beside two heavy
+// ones that took turns: each hand-over between them cost it more than it
+// gained.) With equal weights both are what they were: wall time. So where
+// cookies compete, each owns the core in proportion to its weight.
+// And the hysteresis is the heaviest competing cookie's granularity
+// (hysteresis()): between busy rivals a cookie's turn lasts 2g x w / w_max of
+// wall time (g: the granularity; at least the least turn, g / 8), so the
+// heaviest's turn is 2g, as every cookie's is with equal weights, and a
+// lighter one's is shorter, not its waits longer. A hysteresis of g for
+// every cookie gave a cookie of weight 80 beside ones of 3,800 turns whose
+// lead the heavy ones then took 250 ms to make up. docs/design.md
+// ("Weights") derives the bounds.
 #include "core_coordinator.hpp"
 
 #include "cookie_registry.hpp"
 
 #include <algorithm>
-#include <cmath>
 
 namespace coresched::detail {
 
@@ -111,7 +117,7 @@ void CoreCoordinator::arrive(CookieEntry& e) {
 // Weighted, the credit is at most twice the pair's hysteresis against the
 // owner (hysteresis()), in each book's units, so that a returning cookie
 // leads at once whatever the weights; the `waited` credit is the vruntime
-// credit turned into the cookie's own wall time and then into waited units.
+// credit turned into the cookie's own wall time.
 void CoreCoordinator::place(CookieEntry& e, bool carried) {
   const CookieEntry* own = &e;
   for (const auto& o : cookies_)
@@ -125,7 +131,7 @@ void CoreCoordinator::place(CookieEntry& e, bool carried) {
       lead_v = std::min(2 * hysteresis(e, *own, FairnessPolicy::core_vruntime), min_vruntime_ - e.vruntime);
     e.vruntime = std::max(e.vruntime, min_vruntime_ - lead_v);
     lead = std::min(2 * hysteresis(e, *own, FairnessPolicy::forceidle_balance),
-                    scale(scale(lead_v, e.weight, kDefaultWeight), e.weight, kDefaultWeight));
+                    scale(lead_v, e.weight, kDefaultWeight));
   }
   e.placed = true;
   auto floor = static_cast<std::int64_t>(lead);
@@ -144,6 +150,11 @@ bool CoreCoordinator::prefer(const CookieEntry& a, const CookieEntry& b) const n
 void CoreCoordinator::checkpoint(std::uint64_t now) {
   if (last_checkpoint_ == 0) last_checkpoint_ = now;
   const auto span = static_cast<std::int64_t>(now - last_checkpoint_);
+  const std::uint64_t total = weighted_ ? competing_weight() : 0;
+  std::uint32_t w_owner = 0;
+  if (weighted_)
+    for (const auto& e : cookies_)
+      if (e.cookie == owner_) w_owner = e.weight;
   for (auto& e : cookies_) {
     if (e.cookie == owner_) {
       const std::uint64_t owned = now - owner_since_;
@@ -151,7 +162,7 @@ void CoreCoordinator::checkpoint(std::uint64_t now) {
       owned_ns_[owner_] += owned;
     } else if (e.runnable && owner_ != kNoCookie) {
       // runnable since the last checkpoint at least: see arrive()
-      e.waited += static_cast<std::int64_t>(scale(static_cast<std::uint64_t>(span), e.weight, kDefaultWeight));
+      e.waited += weighted_ ? span * wait_rate(e.weight, w_owner, total) / static_cast<std::int64_t>(total) : span;
     }
   }
   owner_since_ = now;
@@ -164,7 +175,21 @@ void CoreCoordinator::checkpoint(std::uint64_t now) {
 
 void CoreCoordinator::refresh_weights() {
   weights_seen_ = weights_generation(); // before the reads: a change after it is seen next time
-  for (auto& e : cookies_) e.weight = cookie_weight(e.cookie);
+  weighted_ = false;
+  for (auto& e : cookies_) {
+    const std::uint32_t w = cookie_weight(e.cookie);
+    // The cookie's distance from the floor is a lag in its own vruntime:
+    // kept in wall time across the change (x old / new), as the kernel's
+    // reweight_entity scales vlag. Kept in vruntime, a cookie made lighter
+    // repaid the lead it had as a heavy one at its new, slower rate: 100 ms
+    // and more without the core in the simulation (weight_changes).
+    if (w != e.weight && e.vruntime > min_vruntime_)
+      e.vruntime = min_vruntime_ + scale(e.vruntime - min_vruntime_, e.weight, w);
+    else if (w != e.weight)
+      e.vruntime = min_vruntime_ - scale(min_vruntime_ - e.vruntime, e.weight, w);
+    e.weight = w;
+    weighted_ |= e.weight != kDefaultWeight;
+  }
 }
 
 void CoreCoordinator::update_min_vruntime() {
@@ -245,8 +270,23 @@ bool CoreCoordinator::choose_cookie(std::uint64_t running, std::uint64_t& out, s
       kept_until = turn_start_ + (cfg_.granularity_ns >> kMinTurnShift);
     }
   }
+  if (weighted_ && best != cur && kept_until == 0) time_weighted_turn(*best, kept_until);
   out = best->cookie;
   return true;
+}
+
+// A new owner's turn, weighted, is 2g x w / w_max: shorter than the slice
+// after which the ticker asks a busy fiber to stop (2g), for all but the
+// heaviest cookie. So the pick that hands the core over also times the
+// turn's end: when the next cookie will lead (`kept_until`, as for a kept
+// owner). Left to the ticker, a cookie of weight 96 beside one of 1,632 held
+// the core a whole slice per turn, and the heavy one then ran 17 slices to
+// make it up: shares held over seconds but not over windows of 200 slices.
+void CoreCoordinator::time_weighted_turn(const CookieEntry& owner, std::uint64_t& kept_until) const noexcept {
+  const CookieEntry* next = nullptr;
+  for (const auto& e : cookies_)
+    if (&e != &owner && e.runnable && (!next || prefer(e, *next))) next = &e;
+  if (next) kept_until = leads_at(*next, owner);
 }
 
 // Hysteresis: the core leaves its current cookie only when another is ahead
@@ -257,16 +297,35 @@ bool CoreCoordinator::leads(const CookieEntry& a, const CookieEntry& owner) cons
   return a.waited > owner.waited + static_cast<std::int64_t>(h);
 }
 
-// The granularity between `a` and `b` in the policy's book: g x 100 /
-// sqrt(w_a w_b) of vruntime, or g x sqrt(w_a w_b) / 100 of waited time. Either
-// way each of the two turns it spaces lasts 2g x sqrt(w_owner / w_other) of
-// wall time (see the top of this file).
+// The granularity between `a` and `b` in the policy's book, such that the
+// owner's turn between them lasts 2g x w_owner / w_max of wall time (w_max:
+// the heaviest cookie competing for the core). The owner's vruntime moves,
+// at 100 / w_owner per ns: g x 100 / w_max of vruntime. Between two
+// cookies, a waiter's lag moves at 2 w_waiter / (w_a + w_b):
+// 2g x w_a x w_b / (w_max (w_a + w_b)) of lag. Equal weights: g.
 std::uint64_t CoreCoordinator::hysteresis(const CookieEntry& a, const CookieEntry& b, FairnessPolicy book) const noexcept {
-  if (a.weight == kDefaultWeight && b.weight == kDefaultWeight) return cfg_.granularity_ns;
-  const double root = std::sqrt(static_cast<double>(a.weight) * static_cast<double>(b.weight));
-  const double g = static_cast<double>(cfg_.granularity_ns);
-  return static_cast<std::uint64_t>(book == FairnessPolicy::core_vruntime ? g * kDefaultWeight / root
-                                                                          : g * root / kDefaultWeight);
+  if (!weighted_) return cfg_.granularity_ns;
+  std::uint64_t heaviest = std::max(a.weight, b.weight);
+  for (const auto& e : cookies_)
+    if (e.runnable || e.cookie == owner_) heaviest = std::max<std::uint64_t>(heaviest, e.weight);
+  const Wide g = cfg_.granularity_ns;
+  return static_cast<std::uint64_t>(book == FairnessPolicy::core_vruntime
+                                        ? g * kDefaultWeight / heaviest
+                                        : 2 * g * a.weight * b.weight / (heaviest * (a.weight + b.weight)));
+}
+
+// The total weight of the cookies competing for the core: runnable, or the owner.
+std::uint64_t CoreCoordinator::competing_weight() const noexcept {
+  std::uint64_t total = 0;
+  for (const auto& e : cookies_)
+    if (e.runnable || e.cookie == owner_) total += e.weight;
+  return std::max<std::uint64_t>(total, 1);
+}
+
+// How fast a waiter's lag grows relative to the owner's, per unit of
+// `total` (see the top of this file): W + w - w_owner, over W.
+std::int64_t CoreCoordinator::wait_rate(std::uint32_t w, std::uint32_t w_owner, std::uint64_t total) noexcept {
+  return static_cast<std::int64_t>(total + w) - static_cast<std::int64_t>(std::min<std::uint64_t>(w_owner, total));
 }
 
 // Wall time from the last checkpoint until `a` leads `owner` (leads()), while
@@ -280,7 +339,9 @@ std::int64_t CoreCoordinator::until_leads(const CookieEntry& a, const CookieEntr
     return left * owner.weight / static_cast<std::int64_t>(kDefaultWeight);
   }
   const std::int64_t left = owner.waited + h + 1 - a.waited;
-  return left * static_cast<std::int64_t>(kDefaultWeight) / a.weight;
+  if (!weighted_) return left;
+  const std::uint64_t total = competing_weight();
+  return left * static_cast<std::int64_t>(total) / wait_rate(a.weight, owner.weight, total);
 }
 
 // Wake-up preemption between cookies, as the kernel reschedules a sibling

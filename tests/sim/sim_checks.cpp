@@ -5,6 +5,8 @@
 // sim_core.cpp.
 #include "sim_core.hpp"
 
+#include "cookie_registry.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -40,9 +42,10 @@ void CoreSim::observe() {
         const std::uint64_t wait = now() - cs.waiting_since;
         cs.log.max_wait_ns = std::max(cs.log.max_wait_ns, wait);
         cs.waiting_since = kNever;
-        if (wait > wait_bound)
+        const std::uint64_t bound = wait_bound_of[pub] ? wait_bound_of[pub] : wait_bound;
+        if (wait > bound)
           fail_bound("cookie " + std::to_string(pub) + " waited " + std::to_string(wait / kUs) +
-                     " us for the core (bound " + std::to_string(wait_bound / kUs) + " us)");
+                     " us for the core (bound " + std::to_string(bound / kUs) + " us)");
       }
     }
     if (published_ != kNoCookie && cookies_[published_].queued > 0 && cookies_[published_].waiting_since == kNever)
@@ -92,10 +95,11 @@ void CoreSim::check_fibers() {
       return fail_bound("(a) cookie " + std::to_string(c) + " arrived " + std::to_string((now() - cs.arrived) / kUs) +
                         " us ago and has not owned the core (bound " +
                         std::to_string((cs.deadline - cs.arrived) / kUs) + " us)");
-    if (cs.waiting_since != kNever && now() - cs.waiting_since > wait_bound)
+    const std::uint64_t bound = wait_bound_of[c] ? wait_bound_of[c] : wait_bound;
+    if (cs.waiting_since != kNever && now() - cs.waiting_since > bound)
       return fail_bound("cookie " + std::to_string(c) + " has waited " +
                         std::to_string((now() - cs.waiting_since) / kUs) + " us for the core (bound " +
-                        std::to_string(wait_bound / kUs) + " us)");
+                        std::to_string(bound / kUs) + " us)");
   }
 }
 
@@ -103,33 +107,61 @@ void CoreSim::reset_logs() noexcept {
   for (auto& c : cookies_) c.log = CookieLog{};
 }
 
-void CoreSim::track_pair(std::uint64_t a, std::uint64_t b) {
-  pair_[0] = a;
-  pair_[1] = b;
-  pair_start_ = now();
-  pair_slices_.clear();
+void CoreSim::track(const std::vector<std::uint64_t>& cookies) {
+  tracked_ = cookies;
+  if (tracked_.size() > kMaxTracked) fail("track: more than kMaxTracked cookies");
+  track_start_ = now();
+  track_slices_.clear();
+}
+
+template <class F> void CoreSim::for_windows(std::size_t window, F&& f) {
+  const std::size_t full = (now() - track_start_) / kSlice; // complete slices only
+  track_slices_.resize(std::max(track_slices_.size(), full), {});
+  std::array<double, kMaxTracked> sum{};
+  for (std::size_t i = 0; i < full && !failed(); ++i) {
+    for (std::size_t k = 0; k < tracked_.size(); ++k) sum[k] += track_slices_[i][k];
+    if (i >= window)
+      for (std::size_t k = 0; k < tracked_.size(); ++k) sum[k] -= track_slices_[i - window][k];
+    if (i + 1 >= window) f(i + 1 - window, sum);
+  }
+  tracked_.clear();
 }
 
 void CoreSim::check_pair_windows(std::size_t window, double tol, double& worst) {
-  const std::size_t full = (now() - pair_start_) / kSlice; // complete slices only
-  pair_slices_.resize(std::max(pair_slices_.size(), full), {0, 0});
-  double sum[2] = {0, 0};
-  for (std::size_t i = 0; i < full && !failed(); ++i) {
-    for (int k = 0; k < 2; ++k) sum[k] += pair_slices_[i][static_cast<std::size_t>(k)];
-    if (i >= window)
-      for (int k = 0; k < 2; ++k) sum[k] -= pair_slices_[i - window][static_cast<std::size_t>(k)];
-    if (i + 1 < window) continue;
+  const std::uint64_t a = tracked_.at(0), b = tracked_.at(1);
+  for_windows(window, [&](std::size_t first, const std::array<double, kMaxTracked>& sum) {
     const double share = sum[0] + sum[1] > 0 ? sum[0] / (sum[0] + sum[1]) : 0.0;
     worst = std::min({worst, share, 1.0 - share});
     if (std::fabs(share - 0.5) > tol) {
       char m[200];
       std::snprintf(m, sizeof m, "(b) slices %zu-%zu after tracking began: cookie %llu had %.1f%%, cookie %llu %.1f%%",
-                    i + 1 - window, i, static_cast<unsigned long long>(pair_[0]), 100 * share,
-                    static_cast<unsigned long long>(pair_[1]), 100 * (1 - share));
+                    first, first + window - 1, static_cast<unsigned long long>(a), 100 * share,
+                    static_cast<unsigned long long>(b), 100 * (1 - share));
       fail(m);
     }
-  }
-  pair_[0] = pair_[1] = kNoCookie;
+  });
+}
+
+void CoreSim::check_share_windows(std::size_t window, const std::vector<double>& expected,
+                                  const std::vector<double>& tol, double& worst) {
+  const std::vector<std::uint64_t> cookies = tracked_;
+  for_windows(window, [&](std::size_t first, const std::array<double, kMaxTracked>& sum) {
+    double total = 0;
+    for (std::size_t k = 0; k < cookies.size(); ++k) total += sum[k];
+    for (std::size_t k = 0; k < cookies.size() && !failed(); ++k) {
+      if (tol[k] < 0) continue;
+      const double off = (total > 0 ? sum[k] / total : 0.0) / expected[k] - 1.0;
+      worst = std::max(worst, std::fabs(off));
+      if (std::fabs(off) <= tol[k]) continue;
+      char m[240];
+      std::snprintf(m, sizeof m,
+                    "(b) slices %zu-%zu after tracking began: cookie %llu (weight %u) had %.2f%% of the core, "
+                    "expected %.2f%% +- %.0f%%",
+                    first, first + window - 1, static_cast<unsigned long long>(cookies[k]),
+                    cookie_weight(cookies[k]), 100 * sum[k] / total, 100 * expected[k], 100 * tol[k]);
+      fail(m);
+    }
+  });
 }
 
 } // namespace sim

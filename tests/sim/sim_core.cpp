@@ -181,12 +181,13 @@ std::uint64_t CoreSim::notice_latency(const SimFiber& f) noexcept { return rng_.
 void CoreSim::advance(std::uint64_t t) {
   if (published_ != kNoCookie) {
     cookies_[published_].log.owned_ns += t - g_now;
-    const int k = published_ == pair_[0] ? 0 : published_ == pair_[1] ? 1 : -1;
-    for (std::uint64_t from = g_now; k >= 0 && from < t;) {
-      const std::size_t slice = (from - pair_start_) / kSlice;
-      const std::uint64_t end = std::min(t, pair_start_ + (slice + 1) * kSlice);
-      if (pair_slices_.size() <= slice) pair_slices_.resize(slice + 1, {0, 0});
-      pair_slices_[slice][static_cast<std::size_t>(k)] += static_cast<std::uint32_t>(end - from);
+    const auto it = std::find(tracked_.begin(), tracked_.end(), published_);
+    const auto k = static_cast<std::size_t>(it - tracked_.begin());
+    for (std::uint64_t from = g_now; it != tracked_.end() && from < t;) {
+      const std::size_t slice = (from - track_start_) / kSlice;
+      const std::uint64_t end = std::min(t, track_start_ + (slice + 1) * kSlice);
+      if (track_slices_.size() <= slice) track_slices_.resize(slice + 1, {});
+      track_slices_[slice][k] += static_cast<std::uint32_t>(end - from);
       from = end;
     }
   }

@@ -157,11 +157,23 @@ public:
   /// (the wake-up granularity). > 0: each tick comes 0-50 us late, and one in
   /// ten up to this late. 0: on time.
   std::uint64_t tick_late_max = 0;
+  /// Per cookie, overrides of wait_bound, for cookies of unequal weights; 0:
+  /// wait_bound.
+  std::array<std::uint64_t, kMaxCookies> wait_bound_of{};
   /// Per-slice ownership of cookies `a` and `b` from now on, for window checks.
-  void track_pair(std::uint64_t a, std::uint64_t b);
+  void track_pair(std::uint64_t a, std::uint64_t b) { track({a, b}); }
   /// (b): over every window of `window` slices tracked so far, both shares in
   /// 0.5 +- tol; stops tracking. Reports the worst share seen.
   void check_pair_windows(std::size_t window, double tol, double& worst);
+  /// Per-slice ownership of up to kMaxTracked cookies from now on.
+  void track(const std::vector<std::uint64_t>& cookies);
+  static constexpr std::size_t kMaxTracked = 8;
+  /// Over every window of `window` slices tracked so far, each tracked
+  /// cookie's share of the time the tracked cookies owned the core is within
+  /// `tol[i]` (relative) of `expected[i]` (tol[i] < 0: unchecked); stops
+  /// tracking. Reports the worst |share / expected - 1| of the checked ones.
+  void check_share_windows(std::size_t window, const std::vector<double>& expected, const std::vector<double>& tol,
+                           double& worst);
   /// Forgets per-cookie logs (after a warm-up).
   void reset_logs() noexcept;
 
@@ -267,9 +279,12 @@ private:
   int queued_total_ = 0, idle_count_ = 0, spinners_ = 0;
   std::uint64_t published_ = kNoCookie;
   std::uint64_t idle_since_ = kNever; // no cookie published while fibers are queued, since
-  std::uint64_t pair_[2] = {kNoCookie, kNoCookie};
-  std::uint64_t pair_start_ = 0;
-  std::vector<std::array<std::uint32_t, 2>> pair_slices_;
+  std::vector<std::uint64_t> tracked_;
+  std::uint64_t track_start_ = 0;
+  std::vector<std::array<std::uint32_t, kMaxTracked>> track_slices_;
+  /// Sums over each window of `window` complete slices tracked: calls
+  /// f(first slice, sums) per window.
+  template <class F> void for_windows(std::size_t window, F&& f);
   std::array<Trace, 64> trace_{};
   std::size_t trace_n_ = 0;
   std::string failure_;
