@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "debug_registry.hpp"
 
+#include "cookie_registry.hpp"
 #include "core_coordinator.hpp"
 #include "fiber.hpp"
 #include "log.hpp"
@@ -151,6 +152,10 @@ static_assert(offsetof(coresched_debug_layout_table, format) == 16 &&
 #define CORESCHED_KEEP __attribute__((used))
 #endif
 CORESCHED_KEEP constinit const coresched_debug_layout_table coresched_debug_layout = coresched::detail::make_layout();
+
+CORESCHED_KEEP const char* coresched_cookie_name(std::uint64_t cookie) noexcept {
+  return coresched::detail::cookie_name(cookie);
+}
 #undef CORESCHED_KEEP
 
 namespace coresched::detail {

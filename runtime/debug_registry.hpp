@@ -50,6 +50,13 @@ struct coresched_debug_layout_table {
   coresched_debug_field fields[32];
 };
 __attribute__((visibility("default"))) extern const coresched_debug_layout_table coresched_debug_layout;
+
+/// The name of a cookie (Cookie::create(name, weight)), or null: for a
+/// debugger, which calls it in a live process by its C name, with or without
+/// debug information. The string lives as long as the process. It takes the
+/// cookie table's reader lock, so a process stopped while one of its threads
+/// creates a cookie or sets a weight would block the call.
+__attribute__((visibility("default"))) const char* coresched_cookie_name(std::uint64_t cookie) noexcept;
 }
 
 namespace coresched::detail {

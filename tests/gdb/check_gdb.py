@@ -3,11 +3,12 @@
 """Runs gdb in batch mode against examples/stuck with tools/gdb/coresched.py loaded.
 
 1. Live, under gdb: break once every fiber is parked, then `info fibers` must list each
-   fiber of the example with its cookie and its wait (join, Mutex, Event, io read on the
+   fiber of the example with its cookie and that cookie's name (the program links
+   name_tenants.cpp) and its wait (join, Mutex, Event, io read on the
    pipe, sleep, an inline join) and how long; `fiber bt` of several fibers must show a frame
    in the example's own function; the thread's registers must be back afterwards; and
    `gcore` writes a core file.
-2. The core file: `info fibers` again (raw park times), and `fiber bt` by frame-pointer walk.
+2. The core file: `info fibers` again (raw park times, cookies by number), and `fiber bt` by frame-pointer walk.
 3. `stuck --abort-after-ms` aborts (no core written: RLIMIT_CORE is 0 for it).
 
 With --no-debug-info the program has none (a Release build without -g): the extension must
@@ -30,6 +31,9 @@ import tempfile
 
 SKIP = 77
 failures = []
+# The names tests/gdb/name_tenants.cpp gives the program's cookies 1 and 2.
+TENANT_A = 'tenant "A"'
+TENANT_B = "tenant\\B"
 
 
 def check(cond, what, text=None):
@@ -84,10 +88,12 @@ def section(text, start, end_marker="(fibers that never ran"):
 
 
 def listing_rows(text):
-    """{id: (cookie, state, worker, wait, for)} from an `info fibers` listing."""
+    """{id: (cookie, state, worker, wait, for)} from an `info fibers` listing (the cookie as printed: "1" or
+    "1 (name)"; columns are two spaces apart or more)."""
     rows = {}
     for line in text.splitlines():
-        m = re.match(r"^\s+(\d+)\s+(\S+)\s+(\S+)\s+(\d+)\*?\s+(.*?)\s*$", line)
+        m = re.match(r"^\s+(\d+)  (\S.*?)\s{2,}(runnable|running|parking|parked|finishing|\?\d+)\s+(\d+)\*?\s+(.*?)\s*$",
+                     line)
         if not m:
             continue
         rest = m.group(5)
@@ -198,6 +204,8 @@ def main():
     check_layout_source(live, a.no_debug_info)
     listing = section(live, "==info-fibers==")
     rows = listing_rows(listing)
+    # The program names its cookies (name_tenants.cpp); a live process is asked for the names.
+    named = {"1": TENANT_A, "2": TENANT_B}
     want = {
         holder: ("1", r"Event at 0x[0-9a-f]+"),
         mutex_waiter: ("2", r"Mutex at 0x[0-9a-f]+"),
@@ -207,7 +215,8 @@ def main():
         joiner: ("1", r"join of fiber %d" % reader),
         inline_parent: ("1", r"joins fiber \d+ inline"),
     }
-    for fid, (cookie, wait) in want.items():
+    for fid, (number, wait) in want.items():
+        cookie = "%s (%s)" % (number, named[number])
         row = rows.get(fid)
         check(row is not None and row[0] == cookie and row[1] == "parked" and re.match(wait, row[3]) is not None,
               "info fibers: fiber %d cookie %s parked, waiting for /%s/ (got %s)" % (fid, cookie, wait, row), listing)
@@ -226,6 +235,8 @@ def main():
     check(bool(frames_naming(bt, "wait_for_mutex")) and bool(frames_naming(bt, runtime_frame)),
           "fiber bt (mutex waiter): frames in %s and the example's wait_for_mutex" % runtime_frame, bt)
     check("make_fcontext" in bt and "?? ()" not in bt, "fiber bt ends at the fiber's first frame", bt)
+    check(("fiber %d (cookie 2 (%s), parked" % (mutex_waiter, TENANT_B)) in bt,
+          "fiber bt: the header names the fiber's cookie", bt)
 
     every = fiber_sections(section(live, "==bt-all==", "==fiber-inline=="))
     for fid, function in [(holder, "hold_mutex_and_wait"), (event_waiter, "wait_for_event"),
@@ -262,6 +273,8 @@ def main():
     listing = section(dead, "==info-fibers==")
     rows = listing_rows(listing)
     check("PARKED AT" in listing, "core file: info fibers prints raw park times", listing)
+    check("a core file shows cookies by number" in listing, "core file: info fibers says names are not read",
+          listing)
     for fid, (cookie, wait) in want.items():
         if fid == sleeper:
             wait = r"sleep until \d+ \(steady clock ns\)"

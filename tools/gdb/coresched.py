@@ -4,7 +4,7 @@
 Load it with `source /path/to/coresched.py` (or from ~/.gdbinit, or gdb's auto-load:
 see the README, "Fibers in gdb"). It adds:
 
-  info fibers            every started fiber of every runtime: id, cookie, state, worker,
+  info fibers            every started fiber of every runtime: id, cookie (and its name), state, worker,
                          what a parked fiber waits for, and for how long (live process)
   fiber N                one fiber's details and its backtrace
   fiber bt N [BT-ARGS]   its backtrace only (BT-ARGS go to `bt`, e.g. `full` or `-10`)
@@ -52,7 +52,6 @@ from coresched_gdb_snapshot import (  # noqa: E402  (after the path is set)
     _MAX_FP_FRAMES,
     _SWAPPED_REGS,
     _Snapshot,
-    _cookie_name,
     _first_line,
     _signal_name,
     _thread_label,
@@ -67,7 +66,8 @@ class InfoFibers(gdb.Command):
 
 Usage: info fibers
 
-Columns: ID, COOKIE, STATE (runnable, running, parking, parked, finishing), WORKER (the
+Columns: ID, COOKIE (its number, and its name in parentheses if it has one: asked of a live
+process by calling coresched_cookie_name; a core file shows numbers), STATE (runnable, running, parking, parked, finishing), WORKER (the
 worker it runs on, or last ran on), WAIT (what a parked fiber waits for) and FOR (how long,
 on a live process; on a core file the raw steady-clock time it parked, after `@`).
 Fibers that never ran have no stack and are not listed."""
@@ -102,10 +102,10 @@ Fibers that never ran have no stack and are not listed."""
                 if not f.error and f.pinned is not None:
                     worker += "*"
                     any_pinned = True
-                rows.append((str(f.id), _cookie_name(f.cookie) if not f.error else "?", state, worker, wait,
+                rows.append((str(f.id), snap.cookies.label(f.cookie) if not f.error else "?", state, worker, wait,
                              snap.waited_for(f)))
                 for addr, fid, cookie in reversed(f.below):
-                    rows.append((str(fid), _cookie_name(cookie), state, worker,
+                    rows.append((str(fid), snap.cookies.label(cookie), state, worker,
                                  "joins fiber %d inline (same stack, below it)" % f.id, ""))
             widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
             for r in rows:
@@ -113,6 +113,8 @@ Fibers that never ran have no stack and are not listed."""
                 out.append(("  " + "  ".join(cells) + "  " + r[-1]).rstrip())
             if any_pinned:
                 out.append("  (WORKER*: pinned to that PU)")
+        if snap.cookies.note and snap.fibers:
+            out.append("coresched: " + snap.cookies.note)
         out.append("(fibers that never ran have no stack and are not listed: they wait in run queues)")
         gdb.write("\n".join(out) + "\n")
 
@@ -277,7 +279,7 @@ def _limit_frames(text, count):
 
 def _header_line(snap, f, inline_id=None):
     text = "fiber %d (cookie %s, %s, %s worker %d)" % (
-        f.id, _cookie_name(f.cookie), "finishing" if f.state == "done" else f.state,
+        f.id, snap.cookies.label(f.cookie), "finishing" if f.state == "done" else f.state,
         "on" if f.state == "running" else "last on", f.last_worker)
     wait = snap.describe_wait(f)
     if snap.waiting(f):
@@ -370,7 +372,7 @@ See `info fibers` for the ids."""
         gdb.write("  runtime %d (scheduler 0x%x)\n" % (f.runtime_index, runtime[2] if runtime else 0))
         if not f.error:
             gdb.write("  cookie %s, state %s, %s worker %d%s\n" % (
-                _cookie_name(f.cookie), "finishing" if f.state == "done" else f.state,
+                snap.cookies.label(f.cookie), "finishing" if f.state == "done" else f.state,
                 "on" if f.state == "running" else "last on", f.last_worker,
                 ", pinned to PU %d" % f.pinned if f.pinned is not None else ""))
             gdb.write("  stack [0x%x, 0x%x), header 0x%x, saved context 0x%x%s\n" % (
@@ -382,7 +384,7 @@ See `info fibers` for the ids."""
                     "for " + snap.waited_for(f) if snap.live else "since %d (steady clock ns)" % f.since_ns))
         for addr, fid, cookie in f.below:
             gdb.write("  below it on the same stack: fiber %d (cookie %s) at 0x%x, joining it inline\n"
-                      % (fid, _cookie_name(cookie), addr))
+                      % (fid, snap.cookies.label(cookie), addr))
         _backtrace(snap, f, "", inline_id)
 
 

@@ -272,8 +272,58 @@ def _signal_name(sig):
         return str(sig)
 
 
-def _cookie_name(c):
-    return "none" if c is None else str(c)
+def _cookie_label(c, name):
+    """How the runtime prints a cookie (Cookie::label()): "7 (premium)", "7", "0 (untagged)"; "none"."""
+    if c is None:
+        return "none"
+    if c == 0:
+        return "0 (untagged)"
+    return "%d (%s)" % (c, name) if name else str(c)
+
+
+# The library's accessor for a cookie's name (debug_registry.hpp), called by its C name so that no debug
+# information is needed.
+_NAME_CALL = "((const char *(*)(unsigned long)) coresched_cookie_name)(%dUL)"
+
+
+class _CookieNames:
+    """Cookies' names, asked of a live process through coresched_cookie_name, once per cookie and snapshot.
+
+    The call runs on the selected thread with the others held (scheduler-locking on), so no fiber moves
+    while gdb lists them; a process stopped while one of its threads was creating a cookie would block it
+    (interrupt gdb: the call is unwound). A core file has no process to ask: it shows numbers."""
+
+    def __init__(self, mem, live):
+        self.mem = mem
+        self.names = {}
+        self.note = "" if live else "a core file shows cookies by number (names are asked of a live process)"
+
+    def label(self, c):
+        if c is None or c == 0 or self.note:
+            return _cookie_label(c, None)
+        if c not in self.names:
+            self.names[c] = self._ask(c)
+        return _cookie_label(c, self.names[c])
+
+    def _ask(self, c):
+        saved = {}
+        try:
+            for param, value in (("scheduler-locking", "on"), ("unwindonsignal", "on")):
+                saved[param] = gdb.parameter(param)
+                gdb.execute("set %s %s" % (param, value), to_string=True)
+            ptr = int(gdb.parse_and_eval(_NAME_CALL % c)) & ((1 << 64) - 1)
+            return self.mem.cstring(ptr) if ptr else None
+        except (gdb.error, gdb.MemoryError, RuntimeError) as e:
+            self.note = "cookies by number: coresched_cookie_name could not be called (%s)" % _first_line(e)
+            return None
+        finally:
+            for param, value in saved.items():
+                if isinstance(value, bool):
+                    value = "on" if value else "off"
+                try:
+                    gdb.execute("set %s %s" % (param, value), to_string=True)
+                except gdb.error:
+                    pass
 
 
 class _Fiber:
@@ -298,6 +348,7 @@ class _Snapshot:
         self.layout = _Layout(self.mem)
         self.live = _is_live()
         self.now = _now_ns() if self.live else None
+        self.cookies = _CookieNames(self.mem, self.live)
         self.runtimes = []  # (index, entry address, scheduler, dump_signal, stacks, pooled, notes)
         self.fibers = []
         self._read()
