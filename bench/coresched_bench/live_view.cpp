@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
+#include <vector>
 
 namespace coresched::bench {
 
@@ -39,7 +39,46 @@ void LiveView::loop() {
 }
 
 namespace {
-std::string cookie_text(const Cookie& c) { return c.value() == 0 ? std::string("0") : fmt::format("{}", c.value()); }
+
+// One cookie's figures over the interval.
+struct CookieShare {
+  const CookieStats* stats;
+  double cpu = 0;  // of all PUs' time
+  double core = 0; // of the SMT cores' time
+};
+
+// Each cookie's share of the interval: cpu = the PU time its fibers ran over
+// elapsed x PUs; core = the time it held an SMT core over elapsed x SMT cores
+// (0 where no core has two PUs).
+std::vector<CookieShare> shares(const Stats& before, const Stats& after, double interval_ns, const Topology& topo) {
+  std::size_t smt_cores = 0;
+  for (const auto& c : topo.cores()) smt_cores += c.pus.size() > 1;
+  std::vector<CookieShare> out;
+  for (const auto& c : after.cookies) {
+    const CookieStats old = before.cookie(c.cookie);
+    CookieShare s{&c};
+    s.cpu = static_cast<double>(c.cpu_ns - std::min(c.cpu_ns, old.cpu_ns)) /
+            (interval_ns * static_cast<double>(topo.pus().size()));
+    if (smt_cores)
+      s.core = static_cast<double>(c.core_ns - std::min(c.core_ns, old.core_ns)) /
+               (interval_ns * static_cast<double>(smt_cores));
+    out.push_back(s);
+  }
+  return out;
+}
+
+// One line per frame: drops the writer's line breaks and indentation (its
+// strings never hold a raw newline: they are escaped).
+std::string one_line(const std::string& text) {
+  std::string line;
+  bool indent = false;
+  for (char ch : text) {
+    if (ch == '\n') indent = true;
+    else if (!(indent && ch == ' ')) indent = false, line += ch;
+  }
+  return line + "\n";
+}
+
 } // namespace
 
 std::string LiveView::frame(const Stats& before, const Stats& after, double secs, const Topology& topo, bool json,
@@ -58,45 +97,34 @@ std::string LiveView::frame(const Stats& before, const Stats& after, double secs
     const double switches =
         b ? static_cast<double>(c.cookie_switches - std::min(c.cookie_switches, b->cookie_switches)) : 0;
     const double fi_pct = 100.0 * fi / (interval_ns * pus);
-    std::string queued;
-    for (const auto& q : c.queued) queued += fmt::format("{}{}:{}", queued.empty() ? "" : " ", cookie_text(q.cookie), q.fibers);
     if (json) {
       j.begin_object().field("core", c.core);
-      if (c.has_owner) j.field("owner", c.owner.value());
-      else j.key("owner").null();
+      if (c.has_owner) j.field("owner", c.owner.value()).field("owner_name", c.owner.name());
+      else j.key("owner").null().key("owner_name").null();
       j.field("forced_idle_pct", fi_pct).field("forced_idle_pus_now", c.forced_idle_pus).field("handovers_per_s", switches / secs);
       j.key("queued").begin_object();
       for (const auto& q : c.queued) j.field(std::to_string(q.cookie.value()), q.fibers);
       j.end_object().end_object();
     } else {
-      cores.add_row({std::to_string(c.core), c.has_owner ? cookie_text(c.owner) : "-", fmt::format("{:.1f}", fi_pct),
+      std::string queued;
+      for (const auto& q : c.queued) queued += fmt::format("{}{}: {}", queued.empty() ? "" : ", ", q.cookie.label(), q.fibers);
+      cores.add_row({std::to_string(c.core), c.has_owner ? c.owner.label() : "-", fmt::format("{:.1f}", fi_pct),
                      fmt::format("{:.0f}", switches / secs), queued.empty() ? "-" : queued});
     }
   }
-  std::map<std::uint64_t, double> cpu; // per cookie: CPU share of all PUs in the interval
-  for (const auto& c : after.cookies) {
-    const CookieStats old = before.cookie(c.cookie);
-    cpu[c.cookie.value()] = static_cast<double>(c.cpu_ns - std::min(c.cpu_ns, old.cpu_ns)) /
-                            (interval_ns * static_cast<double>(topo.pus().size()));
-  }
+  const std::vector<CookieShare> cookies = shares(before, after, interval_ns, topo);
   if (json) {
     j.end_array().key("cpu_share").begin_object();
-    for (auto [cookie, share] : cpu) j.field(std::to_string(cookie), share);
+    for (const auto& s : cookies) j.field(std::to_string(s.stats->cookie.value()), s.cpu);
     j.end_object().end_object();
-    // One line per frame: drop the writer's line breaks and indentation (its
-    // strings never hold a raw newline: they are escaped).
-    std::string line;
-    bool indent = false;
-    for (char ch : j.str()) {
-      if (ch == '\n') indent = true;
-      else if (!(indent && ch == ' ')) indent = false, line += ch;
-    }
-    return line + "\n";
+    return one_line(j.str());
   }
-  std::string share;
-  for (auto [cookie, s] : cpu) share += fmt::format("  cookie {}: {:.0f}%", cookie, 100 * s);
-  return fmt::format("--- t={:.1f} s (last {:.2f} s) cpu share:{}\n{}", t, secs, share.empty() ? " -" : share,
-                     cores.render());
+  Table tenants({"cookie", "weight", "cpu %", "core %"});
+  for (const auto& s : cookies)
+    tenants.add_row({s.stats->cookie.label(), std::to_string(s.stats->weight), fmt::format("{:.0f}", 100 * s.cpu),
+                     fmt::format("{:.0f}", 100 * s.core)});
+  return fmt::format("--- t={:.1f} s (last {:.2f} s)\n{}{}", t, secs, cores.render(),
+                     cookies.empty() ? std::string() : tenants.render());
 }
 
 } // namespace coresched::bench

@@ -4,8 +4,14 @@
 /// A live view of a running runtime for a person watching a benchmark: every
 /// interval, per core, which cookie owns it, the forced-idle share of its
 /// siblings' time, the fibers queued per cookie and the hand-overs (cookie
-/// changes) per second; per cookie, its share of the CPU time. Computed from
-/// two Runtime::stats() snapshots, so it costs the runtime one snapshot per
+/// changes) per second; per cookie (by label, "7 (premium)", and weight) two
+/// shares of the interval:
+///   cpu %  = the time its fibers ran, summed over PUs / (elapsed x PUs);
+///   core % = the time it held an SMT core / (elapsed x SMT cores).
+/// Two busy tenants each alone on a core of two PUs read 50 / 50 in both; on
+/// one core that changes hands, core % splits the core's time between them
+/// and cpu % is lower by the gaps and forced idle. Computed from two
+/// Runtime::stats() snapshots, so it costs the runtime one snapshot per
 /// interval and nothing on its hot paths.
 
 #include <coresched/runtime.hpp>

@@ -68,13 +68,13 @@ int run(const Settings& s) {
   std::atomic<bool> stop{false};
   std::vector<JoinHandle<void>> hs;
   for (unsigned c = 0; c < s.cookies; ++c) {
-    const Cookie cookie = Cookie::create();
+    const Cookie cookie = Cookie::create(fmt::format("tenant-{}", c + 1));
     for (unsigned i = 0; i < per; ++i)
       hs.push_back(rt.spawn([&] { while (!stop.load(std::memory_order_relaxed)) compute(std::chrono::microseconds(200)); },
                             SpawnOptions{.cookie = cookie}));
   }
   if (s.request_fibers) {
-    const Cookie cookie = Cookie::create();
+    const Cookie cookie = Cookie::create("requests");
     for (unsigned i = 0; i < s.request_fibers; ++i)
       hs.push_back(rt.spawn([&] {
         while (!stop.load(std::memory_order_relaxed)) {
@@ -99,8 +99,11 @@ namespace coresched::bench {
 Command register_top(CLI::App& parent) {
   return make_command<top::Settings>(
       parent, "top",
-      "A live view of a running workload: per core its owner cookie, forced-idle share, queued fibers per cookie "
-      "and hand-overs per second, once per interval (a table, or JSON lines)",
+      "A live view of a running workload, once per interval (a table, or JSON lines): per core its owner cookie, "
+      "forced-idle share, queued fibers per cookie and hand-overs per second; per cookie (number and name: "
+      "tenant-1, tenant-2, ..., requests) its weight, cpu % (the PU time its fibers ran / (elapsed x PUs)) and "
+      "core % (the time it held an SMT core / (elapsed x SMT cores)). Two busy tenants each alone on a core read "
+      "50/50 in both; where they share a core, core % splits its time and cpu % is lower by gaps and forced idle",
       top::add_options, top::run);
 }
 } // namespace coresched::bench
