@@ -116,7 +116,16 @@ std::string LiveView::frame(const Stats& before, const Stats& after, double secs
   if (json) {
     j.end_array().key("cpu_share").begin_object();
     for (const auto& s : cookies) j.field(std::to_string(s.stats->cookie.value()), s.cpu);
-    j.end_object().end_object();
+    j.end_object().key("cookies").begin_array();
+    for (const auto& s : cookies)
+      j.begin_object()
+          .field("cookie", s.stats->cookie.value())
+          .field("name", s.stats->name)
+          .field("weight", s.stats->weight)
+          .field("cpu_share", s.cpu)
+          .field("core_share", s.core)
+          .end_object();
+    j.end_array().end_object();
     return one_line(j.str());
   }
   Table tenants({"cookie", "weight", "cpu %", "core %"});

@@ -15,7 +15,7 @@ assert run.returncode == 0, run.stderr
 frames = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
 assert len(frames) >= 4, f"expected ~5 frames in 2.6 s at 500 ms, got {len(frames)}:\n{run.stdout}"
 for f in frames:
-    assert set(f) == {"t", "cores", "cpu_share"}, f
+    assert set(f) == {"t", "cores", "cpu_share", "cookies"}, f
     assert len(f["cores"]) == 1, f
     c = f["cores"][0]
     for k in ("core", "owner", "forced_idle_pct", "forced_idle_pus_now", "handovers_per_s", "queued"):
