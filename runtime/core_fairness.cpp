@@ -173,22 +173,37 @@ void CoreCoordinator::checkpoint(std::uint64_t now) {
     refresh_weights();
 }
 
+// A change of weight forgives: every cookie on the books keeps at most twice
+// the new hysteresis of lead or debt (what place() gives a returning
+// cookie), in both books. A cookie's lead is a wait for the others at their
+// rate, so leads taken under the old weights could outlast the new bound:
+// scaled to keep their wall time (x old / new, as the kernel's
+// reweight_entity scales vlag), a cookie made ten times lighter waited ten
+// times its old lead, without the core for longer than the bound of either
+// weighting (the simulation's weight_changes); and made 1,000 times lighter,
+// one owed 0.1 ms went below zero, wrapped to the top and never ran again
+// (coresched-fuzz, set_weight).
 void CoreCoordinator::refresh_weights() {
   weights_seen_ = weights_generation(); // before the reads: a change after it is seen next time
+  bool changed = false;
   weighted_ = false;
   for (auto& e : cookies_) {
     const std::uint32_t w = cookie_weight(e.cookie);
-    // The cookie's distance from the floor is a lag in its own vruntime:
-    // kept in wall time across the change (x old / new), as the kernel's
-    // reweight_entity scales vlag. Kept in vruntime, a cookie made lighter
-    // repaid the lead it had as a heavy one at its new, slower rate: 100 ms
-    // and more without the core in the simulation (weight_changes).
-    if (w != e.weight && e.vruntime > min_vruntime_)
-      e.vruntime = min_vruntime_ + scale(e.vruntime - min_vruntime_, e.weight, w);
-    else if (w != e.weight)
-      e.vruntime = min_vruntime_ - scale(min_vruntime_ - e.vruntime, e.weight, w);
+    changed |= w != e.weight;
     e.weight = w;
-    weighted_ |= e.weight != kDefaultWeight;
+    weighted_ |= w != kDefaultWeight;
+  }
+  if (!changed) return;
+  const CookieEntry* own = nullptr;
+  for (const auto& e : cookies_)
+    if (e.cookie == owner_) own = &e;
+  for (auto& e : cookies_) {
+    const CookieEntry& o = own ? *own : e;
+    const std::uint64_t span_v = 2 * hysteresis(e, o, FairnessPolicy::core_vruntime);
+    e.vruntime = std::clamp(e.vruntime, min_vruntime_ - std::min(span_v, min_vruntime_), min_vruntime_ + span_v);
+    if (&e == own) continue; // the owner sits at 0
+    const auto span_w = static_cast<std::int64_t>(2 * hysteresis(e, o, FairnessPolicy::forceidle_balance));
+    e.waited = std::clamp(e.waited, -span_w, span_w);
   }
 }
 
@@ -270,18 +285,20 @@ bool CoreCoordinator::choose_cookie(std::uint64_t running, std::uint64_t& out, s
       kept_until = turn_start_ + (cfg_.granularity_ns >> kMinTurnShift);
     }
   }
-  if (weighted_ && best != cur && kept_until == 0) time_weighted_turn(*best, kept_until);
+  if (weighted_ && kept_until == 0) time_weighted_turn(*best, kept_until);
   out = best->cookie;
   return true;
 }
 
-// A new owner's turn, weighted, is 2g x w / w_max: shorter than the slice
+// An owner's turn, weighted, is 2g x w / w_max: shorter than the slice
 // after which the ticker asks a busy fiber to stop (2g), for all but the
-// heaviest cookie. So the pick that hands the core over also times the
-// turn's end: when the next cookie will lead (`kept_until`, as for a kept
-// owner). Left to the ticker, a cookie of weight 96 beside one of 1,632 held
-// the core a whole slice per turn, and the heavy one then ran 17 slices to
-// make it up: shares held over seconds but not over windows of 200 slices.
+// heaviest cookie. So every pick that runs the owner while another cookie
+// waits also times the turn's end for its sibling: when the next cookie will
+// lead (`kept_until`, as for a kept owner). Left to the ticker, a cookie of
+// weight 96 beside one of 1,632 held the core a whole slice per turn, and
+// the heavy one then ran 17 slices to make it up: shares held over seconds
+// but not over windows of 200 slices. Timed by the hand-over's pick alone,
+// the owner's other siblings still ran to the tick.
 void CoreCoordinator::time_weighted_turn(const CookieEntry& owner, std::uint64_t& kept_until) const noexcept {
   const CookieEntry* next = nullptr;
   for (const auto& e : cookies_)

@@ -284,6 +284,7 @@ struct Execution::Impl {
   void run_simple(Scope& s, int self, const Op& op) {
     switch (op.kind) {
     case OpKind::set_cookie: set_cookie(s, self, p.cookies[static_cast<std::size_t>(op.a)]); break;
+    case OpKind::set_weight: p.cookies[static_cast<std::size_t>(op.a)].set_weight(static_cast<std::uint32_t>(op.b)); break;
     case OpKind::yield: s.yield(); break;
     case OpKind::preempt: s.preempt_point(); break;
     case OpKind::sleep: s.sleep_for(std::chrono::microseconds(op.a)); break;

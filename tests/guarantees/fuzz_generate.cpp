@@ -30,6 +30,7 @@ const char* to_string(OpKind k) noexcept {
   case OpKind::latch: return "latch";
   case OpKind::throw_catch: return "throw_catch";
   case OpKind::io_sleep: return "io_sleep";
+  case OpKind::set_weight: return "set_weight";
   }
   return "?";
 }
@@ -63,7 +64,9 @@ public:
   void run() {
     const int ncookies = 2 + rng_.below(4);
     p_.cookies.push_back(coresched::Cookie{}); // untagged is a cookie like any other
-    for (int i = 1; i < ncookies; ++i) p_.cookies.push_back(coresched::Cookie::create());
+    for (int i = 1; i < ncookies; ++i)
+      p_.cookies.push_back(on(f_weights) && rng_.chance(50) ? coresched::Cookie::create("", weight())
+                                                             : coresched::Cookie::create());
     p_.mutexes = 1 + rng_.below(3);
     for (int i = 0, n = 1 + rng_.below(2); i < n; ++i) p_.semaphore_units.push_back(1 + rng_.below(2));
     budget_ = 20 + rng_.below(180);
@@ -147,12 +150,22 @@ private:
     return idx;
   }
 
+  /// Weights across the range, the extremes included.
+  std::uint32_t weight() {
+    static constexpr std::uint32_t kWeights[] = {1, 10, 50, 100, 150, 400, 1000, 10'000};
+    return kWeights[rng_.below(8)];
+  }
+
   Op simple() {
     Op o;
     switch (rng_.below(6)) {
     case 0:
       o.kind = on(f_set_cookie) ? OpKind::set_cookie : OpKind::yield;
       o.a = rng_.below(static_cast<int>(p_.cookies.size()));
+      if (on(f_weights) && o.a > 0 && rng_.chance(30)) {
+        o.kind = OpKind::set_weight;
+        o.b = static_cast<int>(weight());
+      }
       break;
     case 1: o.kind = OpKind::yield; break;
     case 2: o.kind = OpKind::preempt; break;
@@ -250,7 +263,7 @@ constexpr std::pair<const char*, Feature> kFeatures[] = {
     {"long-wait", f_long_wait}, {"rivals", f_rivals},     {"mutex", f_mutex},       {"semaphore", f_semaphore},
     {"channel", f_channel},     {"event", f_event},       {"pipe", f_pipe},         {"wait-group", f_wait_group},
     {"latch", f_latch},         {"io-sleep", f_io_sleep}, {"set-cookie", f_set_cookie}, {"detach", f_detach},
-    {"join-now", f_join_now},   {"runtimes", f_runtimes},
+    {"join-now", f_join_now},   {"runtimes", f_runtimes}, {"weights", f_weights},
 };
 } // namespace
 

@@ -41,6 +41,7 @@ enum class OpKind : std::uint8_t {
   latch,        // `members` (joined) and this fiber arrive_and_wait
   throw_catch,  // throw, suspend in the catch block (b says how; `child` if b is catch_join), check the exception
   io_sleep,     // io::sleep_until(now + a microseconds)
+  set_weight,   // Cookie::set_weight(b) on cookie index a (never the untagged one: programs share it)
 };
 const char* to_string(OpKind k) noexcept;
 
@@ -125,6 +126,7 @@ enum Feature : std::uint32_t {
   f_detach = 1u << 15,     // detached children (else joined later)
   f_join_now = 1u << 16,   // joins right after spawn, which may run the child inline (else joined later)
   f_runtimes = 1u << 17,   // a second runtime on cores of its own, fibers spawned across the two
+  f_weights = 1u << 18,    // cookies created with weights, and set_weight while fibers run
 };
 /// Parses "stack,catch,..." into Feature bits; throws std::invalid_argument naming a bad one.
 std::uint32_t parse_features(const std::string& csv);
