@@ -27,7 +27,6 @@ struct Registry {
   std::shared_mutex mu;
   std::unordered_map<std::uint64_t, std::unique_ptr<Entry>> entries;
   std::atomic<bool> any_weight{false}; // some weight was set: reads must look
-  std::atomic<std::uint64_t> generation{0};
 
   const Entry* find(std::uint64_t cookie) {
     std::shared_lock lk(mu);
@@ -54,6 +53,8 @@ void check_weight(std::uint32_t weight) {
 
 } // namespace
 
+std::atomic<std::uint64_t> g_weights_generation{0};
+
 std::uint32_t cookie_weight(std::uint64_t cookie) noexcept {
   Registry& r = registry();
   if (!r.any_weight.load(std::memory_order_acquire)) return kDefaultWeight;
@@ -61,7 +62,6 @@ std::uint32_t cookie_weight(std::uint64_t cookie) noexcept {
   return e ? e->weight.load(std::memory_order_relaxed) : kDefaultWeight;
 }
 
-std::uint64_t weights_generation() noexcept { return registry().generation.load(std::memory_order_acquire); }
 
 void set_cookie_weight(std::uint64_t cookie, std::uint32_t weight) {
   Registry& r = registry();
@@ -70,7 +70,7 @@ void set_cookie_weight(std::uint64_t cookie, std::uint32_t weight) {
     r.get(cookie).weight.store(weight, std::memory_order_relaxed);
     r.any_weight.store(true, std::memory_order_release);
   }
-  r.generation.fetch_add(1, std::memory_order_acq_rel);
+  g_weights_generation.fetch_add(1, std::memory_order_acq_rel);
 }
 
 const char* cookie_name(std::uint64_t cookie) noexcept {
@@ -115,7 +115,7 @@ Cookie Cookie::create(std::string_view name, std::uint32_t weight) {
       r.any_weight.store(true, std::memory_order_release);
     }
   }
-  if (weight != kDefaultWeight) r.generation.fetch_add(1, std::memory_order_acq_rel);
+  if (weight != kDefaultWeight) detail::g_weights_generation.fetch_add(1, std::memory_order_acq_rel);
   return c;
 }
 

@@ -9,6 +9,7 @@
 // while no weight was ever set, a read takes no lock.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -18,9 +19,11 @@ inline constexpr std::uint32_t kDefaultWeight = 100;
 
 /// The weight of `cookie`: kDefaultWeight unless set.
 std::uint32_t cookie_weight(std::uint64_t cookie) noexcept;
-/// Moves on every weight change (release); a core that saw another value
-/// re-reads the weights of the cookies on its books.
-std::uint64_t weights_generation() noexcept;
+/// Moves on every weight change; a core that saw another value re-reads the
+/// weights of the cookies on its books. Read inline: every checkpoint of a
+/// contended core reads it.
+extern std::atomic<std::uint64_t> g_weights_generation;
+inline std::uint64_t weights_generation() noexcept { return g_weights_generation.load(std::memory_order_acquire); }
 /// Sets a weight; the caller has checked its range.
 void set_cookie_weight(std::uint64_t cookie, std::uint32_t weight);
 /// The name given at creation, or null. The string lives as long as the

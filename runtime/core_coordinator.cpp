@@ -42,6 +42,7 @@ CoreCoordinator::CookieEntry& CoreCoordinator::entry(std::uint64_t cookie) {
       if (e.runnable || e.cookie == owner_) return false;
       for (auto& sib : siblings_)
         if (sib->running.load(std::memory_order_relaxed) == e.cookie) return false;
+      if (e.owned_ns) owned_ns_[e.cookie] += e.owned_ns; // its statistics outlive it
       return true;
     });
   }

@@ -324,6 +324,7 @@ private:
     std::int64_t waited = 0;     // time it was runnable while another cookie owned the core (weighted:
                                  // its lag, core_fairness.cpp), relative to the current owner (at 0)
     std::uint32_t weight = 100;  // cookie_weight(), as of the last checkpoint
+    std::uint64_t owned_ns = 0;  // statistics: wall time it owned the core while on the books
     bool placed = false;         // it has arrived here before: place() may give it the sleeper credit
   };
   CookieEntry& entry(std::uint64_t cookie);
@@ -378,7 +379,9 @@ private:
   std::atomic<int> queued_{0}; // queued fibers, the spawn ring's included
   std::atomic<std::uint32_t> affine_seq_{0}; // beside queued_: a thief reads both
   SpawnRing spawned_; // single-PU cores: unpinned fibers the worker spawned (Worker::enqueue_spawned)
-  std::unordered_map<std::uint64_t, std::uint64_t> owned_ns_; // statistics, per cookie
+  // Statistics: ownership of cookies entry() forgot (the books hold the
+  // rest, so a checkpoint adds to a field, not to a hash map).
+  std::unordered_map<std::uint64_t, std::uint64_t> owned_ns_;
 };
 
 namespace testing {

@@ -150,19 +150,20 @@ bool CoreCoordinator::prefer(const CookieEntry& a, const CookieEntry& b) const n
 void CoreCoordinator::checkpoint(std::uint64_t now) {
   if (last_checkpoint_ == 0) last_checkpoint_ = now;
   const auto span = static_cast<std::int64_t>(now - last_checkpoint_);
-  const std::uint64_t total = weighted_ ? competing_weight() : 0;
+  const bool weighted = weighted_;
+  const std::uint64_t total = weighted ? competing_weight() : 0;
   std::uint32_t w_owner = 0;
-  if (weighted_)
+  if (weighted)
     for (const auto& e : cookies_)
       if (e.cookie == owner_) w_owner = e.weight;
   for (auto& e : cookies_) {
     if (e.cookie == owner_) {
       const std::uint64_t owned = now - owner_since_;
-      e.vruntime += scale(owned, kDefaultWeight, e.weight);
-      owned_ns_[owner_] += owned;
+      e.vruntime += weighted ? scale(owned, kDefaultWeight, e.weight) : owned;
+      e.owned_ns += owned;
     } else if (e.runnable && owner_ != kNoCookie) {
       // runnable since the last checkpoint at least: see arrive()
-      e.waited += weighted_ ? span * wait_rate(e.weight, w_owner, total) / static_cast<std::int64_t>(total) : span;
+      e.waited += weighted ? span * wait_rate(e.weight, w_owner, total) / static_cast<std::int64_t>(total) : span;
     }
   }
   owner_since_ = now;
@@ -309,7 +310,7 @@ void CoreCoordinator::time_weighted_turn(const CookieEntry& owner, std::uint64_t
 // Hysteresis: the core leaves its current cookie only when another is ahead
 // by a granularity, so two busy cookies alternate in slices, not per yield.
 bool CoreCoordinator::leads(const CookieEntry& a, const CookieEntry& owner) const noexcept {
-  const std::uint64_t h = hysteresis(a, owner, cfg_.policy);
+  const std::uint64_t h = weighted_ ? hysteresis(a, owner, cfg_.policy) : cfg_.granularity_ns;
   if (cfg_.policy == FairnessPolicy::core_vruntime) return a.vruntime + h < owner.vruntime;
   return a.waited > owner.waited + static_cast<std::int64_t>(h);
 }
@@ -454,7 +455,10 @@ std::vector<CoreCoordinator::CookieTime> CoreCoordinator::ownership() {
   std::vector<CookieTime> out;
   lock_.lock();
   if (!single_pu() && owner_ != kNoCookie) checkpoint(cfg_.clock());
-  for (auto& [cookie, ns] : owned_ns_) out.push_back({cookie, ns});
+  std::unordered_map<std::uint64_t, std::uint64_t> sum = owned_ns_;
+  for (const auto& e : cookies_)
+    if (e.owned_ns) sum[e.cookie] += e.owned_ns;
+  for (auto& [cookie, ns] : sum) out.push_back({cookie, ns});
   lock_.unlock();
   return out;
 }
