@@ -300,11 +300,14 @@ bool CoreCoordinator::choose_cookie(std::uint64_t running, std::uint64_t& out, s
 // the heavy one then ran 17 slices to make it up: shares held over seconds
 // but not over windows of 200 slices. Timed by the hand-over's pick alone,
 // the owner's other siblings still ran to the tick.
+// The earliest of the waiting cookies, not the one preferred now: under
+// forceidle_balance a heavier waiter's lag grows faster and may lead first.
 void CoreCoordinator::time_weighted_turn(const CookieEntry& owner, std::uint64_t& kept_until) const noexcept {
-  const CookieEntry* next = nullptr;
   for (const auto& e : cookies_)
-    if (&e != &owner && e.runnable && (!next || prefer(e, *next))) next = &e;
-  if (next) kept_until = leads_at(*next, owner);
+    if (&e != &owner && e.runnable) {
+      const std::uint64_t at = leads_at(e, owner);
+      if (kept_until == 0 || at < kept_until) kept_until = at;
+    }
 }
 
 // Hysteresis: the core leaves its current cookie only when another is ahead
