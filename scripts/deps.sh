@@ -5,7 +5,8 @@
 #   scripts/deps.sh --vm     also qemu and what building the guest kernel of scripts/smt-vm.sh needs, and sysbench
 set -euo pipefail
 packages=(build-essential cmake pkg-config git python3 hwloc libhwloc-dev liburing-dev libboost-context-dev
-          libboost-fiber-dev libspdlog-dev libfmt-dev catch2 libcli11-dev zlib1g-dev golang-go valgrind libdw-dev)
+          libboost-fiber-dev libspdlog-dev libfmt-dev catch2 libcli11-dev zlib1g-dev golang-go valgrind libdw-dev
+          libseccomp-dev)
 for opt in "$@"; do
   case "$opt" in
     --plots) packages+=(python3-matplotlib) ;;
