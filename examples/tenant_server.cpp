@@ -456,8 +456,9 @@ int main(int argc, char** argv) {
     Server server(tenants, rounds); // outlives the runtime: no fiber can touch it after it is gone
     const std::uint16_t bound = server.listen(port);
     coresched::Runtime rt;
-    std::printf("%s\nlistening on 127.0.0.1:%u (infrastructure fibers: %s)\n", rt.topology().describe().c_str(),
-                bound, infra_name.c_str());
+    std::printf("%s\nio backend: %s (%s)\nlistening on 127.0.0.1:%u (infrastructure fibers: %s)\n",
+                rt.topology().describe().c_str(), coresched::to_string(rt.io_backend()),
+                rt.io_backend_reason().c_str(), bound, infra_name.c_str());
     std::fflush(stdout);
     server.start(rt, parse_infra(infra_name), std::chrono::milliseconds(tick_ms), stats_every_s);
 

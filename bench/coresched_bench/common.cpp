@@ -74,6 +74,10 @@ std::string smt_topology(std::string_view bench, const std::string& requested) {
 
 // ------------------------------------------------------------------ output
 
+std::string describe_io_backend(const Runtime& rt) {
+  return fmt::format("{} ({})", to_string(rt.io_backend()), rt.io_backend_reason());
+}
+
 void print_header(std::string_view bench, const Runtime& rt,
                   const std::vector<std::pair<std::string, std::string>>& settings) {
   std::string h = fmt::format("# coresched-bench {} (coresched {})\n", bench, CORESCHED_VERSION);
@@ -85,6 +89,7 @@ void print_header(std::string_view bench, const Runtime& rt,
     h += "# " + d.substr(start, nl - start) + "\n";
     start = nl + 1;
   }
+  h += fmt::format("# io backend: {}\n", describe_io_backend(rt));
   for (const auto& [k, v] : settings) h += fmt::format("# {}: {}\n", k, v);
   std::fputs(h.c_str(), stdout);
   std::fflush(stdout);
@@ -311,12 +316,17 @@ void write_topology(JsonWriter& j, const Topology& t, const std::vector<unsigned
   j.end_object();
 }
 
+void write_io_backend(JsonWriter& j, const Runtime& rt) {
+  j.field("io_backend", to_string(rt.io_backend())).field("io_backend_reason", rt.io_backend_reason());
+}
+
 void write_run_head(JsonWriter& j, std::string_view bench, const Runtime& rt) {
   const auto& o = rt.options();
   j.field("benchmark", bench).field("coresched_version", CORESCHED_VERSION);
   std::vector<unsigned> all(rt.topology().pus().size());
   for (unsigned i = 0; i < all.size(); ++i) all[i] = i;
   write_topology(j, rt.topology(), all);
+  write_io_backend(j, rt);
   j.field("policy", to_string(o.policy)).field("wakeup_placement", to_string(o.placement));
   j.field("slice_us", static_cast<std::uint64_t>(o.slice.count()));
 }

@@ -80,9 +80,14 @@ std::string smt_topology(std::string_view bench, const std::string& requested);
 
 // ------------------------------------------------------------------ output
 
+/// "epoll (io_uring_setup: Operation not permitted)": the runtime's I/O
+/// backend and why it was chosen.
+std::string describe_io_backend(const Runtime& rt);
+
 /// Prints the run header on stdout, each line starting with "# " so the table
 /// below stays easy to parse: program, version, the topology description (real
-/// or synthetic siblings), then the benchmark's own key/value settings.
+/// or synthetic siblings), the I/O backend, then the benchmark's own key/value
+/// settings.
 void print_header(std::string_view bench, const Runtime& rt,
                   const std::vector<std::pair<std::string, std::string>>& settings);
 
@@ -165,8 +170,13 @@ std::string percentile_name(double p);
 /// description, and the cores/PUs/CPUs the benchmark used.
 void write_topology(JsonWriter& j, const Topology& t, const std::vector<unsigned>& pus_used);
 
+/// The I/O backend the runtime chose and why: "io_backend" ("io_uring" or
+/// "epoll") and "io_backend_reason".
+void write_io_backend(JsonWriter& j, const Runtime& rt);
+
 /// The fields every result file starts with: benchmark, coresched_version,
-/// the topology block (all PUs used), policy, wakeup_placement and slice_us.
+/// the topology block (all PUs used), io_backend and io_backend_reason,
+/// policy, wakeup_placement and slice_us.
 void write_run_head(JsonWriter& j, std::string_view bench, const Runtime& rt);
 
 /// Checks before a long benchmark that the result file can be written (opens

@@ -208,6 +208,7 @@ void write_json_head(JsonWriter& j, const Settings& s, const Runtime& rt, const 
   const auto& o = rt.options();
   j.field("benchmark", "matrix").field("coresched_version", CORESCHED_VERSION);
   write_topology(j, rt.topology(), {p.pus[0], p.pus[1]});
+  write_io_backend(j, rt);
   j.field("core", p.core).field("policy", to_string(o.policy)).field("wakeup_placement", to_string(o.placement));
   j.field("slice_us", static_cast<std::uint64_t>(o.slice.count()));
   j.field("time_s", s.time_s).field("runs", s.runs).field("cpu_max_prime", s.cpu_max_prime);

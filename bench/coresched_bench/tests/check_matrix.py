@@ -3,6 +3,7 @@
 """Runs `coresched-bench matrix` briefly on synthetic siblings and checks its
 JSON is complete and sane (used by ctest)."""
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -17,6 +18,7 @@ rows = {c["name"]: c for c in d["configs"]}
 expected = ["Alone", "nosmt", "no tag", "cpu tagged", "mem tagged", "both tagged"]
 assert list(rows) == expected, f"configs {list(rows)}"
 assert d["topology"]["real_siblings"] is False
+assert d["io_backend"] in ("io_uring", "epoll") and d["io_backend_reason"], (d["io_backend"], d["io_backend_reason"])
 for name, c in rows.items():
     cpu = c["cpu_events_per_s"]
     assert cpu["avg"] > 0 and cpu["stdev"] >= 0 and cpu["unit"] == "events/s", (name, cpu)
@@ -35,11 +37,16 @@ assert 0.15 <= ratio_cpu <= 0.8, f"both tagged cpu / Alone = {ratio_cpu:.2f}"
 assert 0.15 <= ratio_mem <= 0.8, f"both tagged mem / no tag mem = {ratio_mem:.2f}"
 assert both["forced_idle_pct"]["avg"] > 30, both["forced_idle_pct"]
 assert rows["no tag"]["forced_idle_pct"]["avg"] < 5
-# --slice-us reaches the runtime (Options::slice); a bad one fails with a message.
+# --slice-us reaches the runtime (Options::slice); a bad one fails with a message. The I/O backend the runtime
+# runs on (here the one CORESCHED_IO_BACKEND asks for) is in the header and the JSON.
 with tempfile.NamedTemporaryFile(suffix=".json") as out:
-    subprocess.run([bench, "matrix", "--topology", "package:1 l3cache:1 core:1 pu:2", "--time", "0.3", "--runs", "1",
-                    "--config", "Alone", "--slice-us", "4000", "--json", out.name], check=True, stdout=subprocess.DEVNULL)
-    assert json.load(open(out.name))["slice_us"] == 4000
+    p = subprocess.run([bench, "matrix", "--topology", "package:1 l3cache:1 core:1 pu:2", "--time", "0.3", "--runs",
+                        "1", "--config", "Alone", "--slice-us", "4000", "--json", out.name], check=True,
+                       stdout=subprocess.PIPE, text=True, env=dict(os.environ, CORESCHED_IO_BACKEND="epoll"))
+    d = json.load(open(out.name))
+    assert d["slice_us"] == 4000
+    assert d["io_backend"] == "epoll" and d["io_backend_reason"], (d["io_backend"], d["io_backend_reason"])
+    assert f"# io backend: epoll ({d['io_backend_reason']})" in p.stdout.splitlines(), p.stdout
 for bad in ("0", "x"):
     p = subprocess.run([bench, "matrix", "--slice-us", bad], capture_output=True, text=True, timeout=30)
     assert p.returncode != 0 and "slice-us" in p.stderr + p.stdout, (bad, p.returncode, p.stderr)

@@ -36,6 +36,8 @@ def check_head(d, benchmark):
     assert topo["real_siblings"] is False and topo["pus_total"] == 2, topo
     for k in ("policy", "wakeup_placement", "slice_us", "coresched_version", "units"):
         assert k in d, f"missing {k}"
+    assert d["io_backend"] in ("io_uring", "epoll") and d["io_backend_reason"], (d["io_backend"],
+                                                                                 d["io_backend_reason"])
 
 
 def check_latency(block, ps, what):
