@@ -4,7 +4,7 @@
 #include "clock.hpp"
 #include "cookie_registry.hpp"
 #include "fiber_vtime.hpp"
-#include "io_ring.hpp"
+#include "reactor.hpp"
 
 #include <algorithm>
 #include <immintrin.h>
@@ -18,7 +18,7 @@ std::atomic<bool> ignore_siblings{false};
 void WakeList::notify() noexcept {
   for (std::size_t i = 0; i < n_; ++i) {
     sleepers_[i]->wake_word.fetch_add(1, std::memory_order_release);
-    if (IoRing* r = sleepers_[i]->ring.load(std::memory_order_acquire)) r->wake();
+    if (Reactor* r = sleepers_[i]->ring.load(std::memory_order_acquire)) r->wake();
   }
   n_ = 0;
 }

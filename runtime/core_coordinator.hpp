@@ -55,7 +55,7 @@ private:
   std::size_t n_ = 0;
 };
 
-class IoRing;
+class Reactor;
 
 /// A flag written only under the core lock. Read under it too, except by a
 /// spawner deciding whether a single-PU worker needs waking
@@ -93,7 +93,7 @@ struct Sibling {
   std::atomic<std::uint64_t> repick_at{0};
   std::atomic<bool> wake_waits{false};  // a fiber woken here waits for the next tick to preempt the runner (Arrival::collected)
   std::atomic<std::uint32_t> wake_word{0}; // bumped on every wake-up, re-checked before sleeping
-  std::atomic<IoRing*> ring{nullptr};      // the worker sleeps in its io_uring; wakers write its eventfd
+  std::atomic<Reactor*> ring{nullptr};     // the worker sleeps in its reactor; wakers call its wake()
   // A hand-over to this forced-idle sibling is due (Options::handover_spin):
   // it spins, instead of sleeping, until this time (ns).
   std::atomic<std::uint64_t> spin_until{0};

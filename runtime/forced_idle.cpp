@@ -116,7 +116,7 @@ bool Worker::sleep_until_turn_end(std::uint64_t& due) {
   const std::uint64_t wake_at = due > lead ? due - lead : 0;
   std::uint64_t now = now_ns();
   if (wake_at > now) {
-    if (!ring_.wait_for(io_done_, wake_at - now)) return false; // woken, or a completion
+    if (!io_->wait_for(io_done_, wake_at - now)) return false; // woken, or a completion
     now = now_ns();
     wake_latency_ns_ = (7 * wake_latency_ns_ + (now - wake_at)) / 8; // how late the timer woke us
   }

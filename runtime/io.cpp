@@ -1,19 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
-// coresched::io over the calling worker's IoRing: prepare an SQE, park the
-// fiber, and let the worker's completion reaping wake it.
-#include "io_ring.hpp"
+// coresched::io over the calling worker's Reactor: describe the operation,
+// start it, and park the fiber until the worker's reaping wakes it (unless
+// the backend completed it at once).
+#include "reactor.hpp"
 #include "scheduler.hpp"
 #include "spin_lock.hpp"
 #include "worker.hpp"
 
 #include <coresched/io.hpp>
 #include <coresched/join_handle.hpp>
+#include <coresched/this_fiber.hpp>
 
 #include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <immintrin.h>
 #include <poll.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 namespace coresched::io {
@@ -25,7 +28,7 @@ struct CancellationAccess {
   }
   static void unlock(const Cancellation& c) noexcept { c.busy_.store(false, std::memory_order_release); }
   // Registers an operation; false if already cancelled.
-  static bool attach(Cancellation& c, detail::IoRing* ring, detail::IoOp* op) noexcept {
+  static bool attach(Cancellation& c, detail::Reactor* ring, detail::IoOp* op) noexcept {
     lock(c);
     const bool ok = !c.cancelled_;
     if (ok) {
@@ -51,7 +54,7 @@ struct CancellationAccess {
   static bool cancel(Cancellation& c) noexcept {
     lock(c);
     c.cancelled_ = true;
-    if (c.ring_) static_cast<detail::IoRing*>(c.ring_)->request_cancel(static_cast<detail::IoOp*>(c.op_), c.seq_);
+    if (c.ring_) static_cast<detail::Reactor*>(c.ring_)->request_cancel(static_cast<detail::IoOp*>(c.op_), c.seq_);
     unlock(c);
     return true;
   }
@@ -75,11 +78,6 @@ detail::Worker& require_fiber(const char* what) {
   return *w;
 }
 
-__kernel_timespec to_timespec(std::chrono::nanoseconds d) {
-  if (d.count() < 0) d = std::chrono::nanoseconds(0);
-  return {static_cast<long long>(d.count() / 1'000'000'000), static_cast<long long>(d.count() % 1'000'000'000)};
-}
-
 Result to_result(const detail::IoOp& op) {
   if (op.result >= 0) return {op.result, {}};
   if (op.timed_out) return {0, std::make_error_code(std::errc::timed_out)};
@@ -87,61 +85,59 @@ Result to_result(const detail::IoOp& op) {
   return {0, std::error_code(-op.result, std::system_category())};
 }
 
-// Runs one operation: `prep` fills the SQE; the fiber parks until it completes.
-// `why` is what a fiber dump reports it waits for.
-template <class Prep> Result run(const detail::WaitInfo& why, const OpOptions& o, Prep prep) {
+// Runs one operation; the fiber parks until it completes. `why` is what a
+// fiber dump reports it waits for.
+Result run(const detail::WaitInfo& why, const OpOptions& o, const detail::IoRequest& req) {
   detail::Worker& w = require_fiber(why.what);
   // A second operation took the handle over, and cancel() then reached only
-  // it: the first ran to its timeout, or for ever (helper-20). Checked
-  // before anything is queued; two calls that start at the same instant on
-  // two workers can still both pass.
+  // it: the first ran to its timeout, or for ever. Checked before anything
+  // is started; two calls that start at the same instant on two workers can
+  // still both pass.
   if (o.cancel && CancellationAccess::in_use(*o.cancel))
     throw UsageError(std::string("coresched: io::") + why.what +
                      ": its Cancellation is in use by another operation in flight (one at a time)");
-  detail::IoRing& ring = w.ring();
+  if (o.cancel && CancellationAccess::cancelled(*o.cancel)) return {0, std::make_error_code(std::errc::operation_canceled)};
+  detail::Reactor& reactor = w.reactor();
   detail::IoOp op;
   op.fiber = w.running();
-  io_uring_sqe* sqe = ring.prepare(&op);
-  prep(sqe);
-  __kernel_timespec ts{};
-  if (o.timeout) {
-    ts = to_timespec(*o.timeout);
-    ring.link_timeout(sqe, &op, &ts);
+  op.req = req;
+  if (reactor.start(&op, o.timeout)) {
+    // Completed at once (the epoll backend): a scheduling point all the
+    // same, so a fiber whose I/O never waits still gives way when asked.
+    this_fiber::preempt_point();
+    return to_result(op);
   }
-  // Cancelled before it started, or begun after shutdown did: cancel it at
-  // once, through the ring (the SQE is queued already). A worker cancels its
-  // in-flight I/O only once, when it first sees the runtime stopping
-  // (Worker::poll_io); an operation begun after that pass would otherwise
-  // wait for ever and keep shutdown waiting for its fiber. This fiber runs on
-  // the thread that made that pass, so if the pass is behind us it saw
-  // `stopping` before this load does.
-  const bool refused = o.cancel && !CancellationAccess::attach(*o.cancel, &ring, &op);
-  if (refused || w.scheduler().stopping()) ring.request_cancel(&op, op.seq);
-  // The worker may stay busy with other fibers. The completion then reaches
-  // it at its running fiber's next preemption point, where the ring flags it
-  // (IoRing::flags_completions); and the SQE, if the worker holds it back
-  // for a batch, at the first preemption point of the fiber it runs next
-  // (Worker::ask_back_for_io). Where the ring cannot flag completions the
-  // ticker asks for a scheduling point within a quarter slice. Also when
-  // nothing else is queued now: a fiber may arrive or be stolen before the
-  // worker goes idle (a review found this when the poke was made conditional).
-  if (!ring.flags_completions()) w.scheduler().want_fine_ticks();
+  // Cancelled meanwhile, or begun after shutdown did: cancel it at once. A
+  // worker cancels its in-flight I/O only once, when it first sees the
+  // runtime stopping (Worker::poll_io); an operation begun after that pass
+  // would otherwise wait for ever and keep shutdown waiting for its fiber.
+  // This fiber runs on the thread that made that pass, so if the pass is
+  // behind us it saw `stopping` before this load does.
+  const bool refused = o.cancel && !CancellationAccess::attach(*o.cancel, &reactor, &op);
+  if (refused || w.scheduler().stopping()) reactor.request_cancel(&op, op.seq);
+  // The worker may stay busy with other fibers. Where the backend flags
+  // completions (Reactor::flags_completions) the running fiber's next
+  // preemption point collects them, as it submits what the worker holds back
+  // for a batch (Worker::ask_back_for_io). Elsewhere the ticker asks for a
+  // scheduling point within a quarter slice. Also when nothing else is
+  // queued now: a fiber may arrive or be stolen before the worker goes idle.
+  if (!reactor.flags_completions()) w.scheduler().want_fine_ticks();
   op.fiber->state.store(detail::FiberState::parking, std::memory_order_release);
-  w.park(why); // submits the SQE, now or with the worker's next batch (Worker::poll_io) // `w` may be another worker when we resume; only `op` is used below
+  w.park(why); // `w` may be another worker when we resume; only `op` is used below
   if (o.cancel) CancellationAccess::detach(*o.cancel);
   return to_result(op);
 }
 
 // An operation on `fd` (-1: none), named `what`.
-template <class Prep> Result run(const char* what, std::int64_t fd, const OpOptions& o, Prep prep) {
-  return run({.kind = detail::WaitKind::io, .what = what, .arg = fd}, o, prep);
+Result run(const char* what, const OpOptions& o, const detail::IoRequest& req) {
+  return run({.kind = detail::WaitKind::io, .what = what, .arg = req.fd}, o, req);
 }
 
 // A transfer's length as the kernel takes it: at most MAX_RW_COUNT (INT_MAX
 // rounded down to a page), the most one read(2) or send(2) moves anyway, so
 // a larger buffer gets a short count, as from the system call. Cast
-// straight to the SQE's 32-bit length, 4 GiB + 5 bytes went as 5 and 4 GiB
-// as 0 (helper-20): a write-everything loop never got on.
+// straight to a 32-bit length, 4 GiB + 5 bytes would go as 5 and 4 GiB as 0,
+// and a write-everything loop would never get on.
 unsigned transfer_len(std::size_t n) noexcept { return static_cast<unsigned>(std::min<std::size_t>(n, 0x7ffff000)); }
 
 // An iovec count: more than IOV_MAX fails in the kernel (EINVAL); cast to 32
@@ -150,57 +146,53 @@ unsigned iov_count(std::size_t n) noexcept { return static_cast<unsigned>(std::m
 
 } // namespace
 
+using detail::IoKind;
+using detail::IoRequest;
+
+static void* bytes(std::span<const std::byte> b) noexcept { return const_cast<std::byte*>(b.data()); }
+
 Result read(int fd, std::span<std::byte> buf, std::int64_t offset, OpOptions o) {
-  return run("read", fd, o, [&](io_uring_sqe* s) {
-    io_uring_prep_read(s, fd, buf.data(), transfer_len(buf.size()), static_cast<__u64>(offset));
-  });
+  return run("read", o, {.kind = IoKind::read, .fd = fd, .buf = buf.data(), .len = transfer_len(buf.size()), .offset = offset});
 }
 
 Result write(int fd, std::span<const std::byte> buf, std::int64_t offset, OpOptions o) {
-  return run("write", fd, o, [&](io_uring_sqe* s) {
-    io_uring_prep_write(s, fd, buf.data(), transfer_len(buf.size()), static_cast<__u64>(offset));
-  });
+  return run("write", o, {.kind = IoKind::write, .fd = fd, .buf = bytes(buf), .len = transfer_len(buf.size()), .offset = offset});
 }
 
 Result readv(int fd, std::span<const iovec> iov, std::int64_t offset, OpOptions o) {
-  return run("readv", fd, o, [&](io_uring_sqe* s) {
-    io_uring_prep_readv(s, fd, iov.data(), iov_count(iov.size()), static_cast<__u64>(offset));
-  });
+  return run("readv", o, {.kind = IoKind::readv, .fd = fd, .iov = iov.data(), .iovcnt = iov_count(iov.size()), .offset = offset});
 }
 
 Result writev(int fd, std::span<const iovec> iov, std::int64_t offset, OpOptions o) {
-  return run("writev", fd, o, [&](io_uring_sqe* s) {
-    io_uring_prep_writev(s, fd, iov.data(), iov_count(iov.size()), static_cast<__u64>(offset));
-  });
+  return run("writev", o, {.kind = IoKind::writev, .fd = fd, .iov = iov.data(), .iovcnt = iov_count(iov.size()), .offset = offset});
 }
 
 Result recv(int fd, std::span<std::byte> buf, int flags, OpOptions o) {
-  return run("recv", fd, o, [&](io_uring_sqe* s) { io_uring_prep_recv(s, fd, buf.data(), transfer_len(buf.size()), flags); });
+  return run("recv", o, {.kind = IoKind::recv, .fd = fd, .buf = buf.data(), .len = transfer_len(buf.size()), .flags = flags});
 }
 
 Result send(int fd, std::span<const std::byte> buf, int flags, OpOptions o) {
-  return run("send", fd, o,
-             [&](io_uring_sqe* s) { io_uring_prep_send(s, fd, buf.data(), transfer_len(buf.size()), flags | MSG_NOSIGNAL); });
+  return run("send", o,
+             {.kind = IoKind::send, .fd = fd, .buf = bytes(buf), .len = transfer_len(buf.size()), .flags = flags | MSG_NOSIGNAL});
 }
 
 Result accept(int fd, sockaddr* addr, socklen_t* addrlen, OpOptions o) {
-  return run("accept", fd, o, [&](io_uring_sqe* s) { io_uring_prep_accept(s, fd, addr, addrlen, SOCK_CLOEXEC); });
+  return run("accept", o, {.kind = IoKind::accept, .fd = fd, .addr = addr, .addrlen = addrlen});
 }
 
 Result connect(int fd, const sockaddr* addr, socklen_t addrlen, OpOptions o) {
-  return run("connect", fd, o, [&](io_uring_sqe* s) { io_uring_prep_connect(s, fd, addr, addrlen); });
+  return run("connect", o,
+             {.kind = IoKind::connect, .fd = fd, .addr = const_cast<sockaddr*>(addr), .addr_len = addrlen});
 }
 
 Result poll(int fd, unsigned events, OpOptions o) {
-  return run("poll", fd, o, [&](io_uring_sqe* s) { io_uring_prep_poll_add(s, fd, events); });
+  return run("poll", o, {.kind = IoKind::poll, .fd = fd, .events = events});
 }
 
-Result fsync(int fd, OpOptions o) {
-  return run("fsync", fd, o, [&](io_uring_sqe* s) { io_uring_prep_fsync(s, fd, 0); });
-}
+Result fsync(int fd, OpOptions o) { return run("fsync", o, {.kind = IoKind::fsync, .fd = fd}); }
 
 Result openat(int dirfd, const char* path, int flags, mode_t mode, OpOptions o) {
-  return run("openat", dirfd, o, [&](io_uring_sqe* s) { io_uring_prep_openat(s, dirfd, path, flags | O_CLOEXEC, mode); });
+  return run("openat", o, {.kind = IoKind::openat, .fd = dirfd, .flags = flags | O_CLOEXEC, .path = path, .mode = mode});
 }
 
 Result close(int fd) {
@@ -208,28 +200,24 @@ Result close(int fd) {
   // ThreadSanitizer tracks file descriptors through its close(2) interceptor
   // and cannot see a close done by the ring. The next pipe/socket/open that
   // reuses the number in another fiber then looks like a race with the fd's
-  // creation (a false report: fuzzer "core:2 pu:2" in CI). So under TSan the
-  // close is the plain system call, which is short and never blocks for long.
+  // creation (a false report). So under TSan the close is the plain system
+  // call, which is short and never blocks for long.
   require_fiber("close");
   if (::close(fd) == 0) return {0, {}};
   return {0, std::error_code(errno, std::system_category())};
 #else
-  return run("close", fd, {}, [&](io_uring_sqe* s) { io_uring_prep_close(s, fd); });
+  return run("close", {}, {.kind = IoKind::close, .fd = fd});
 #endif
 }
 
 Result sleep_until(std::chrono::steady_clock::time_point deadline, Cancellation* cancel) {
-  // steady_clock is CLOCK_MONOTONIC, the clock of an absolute io_uring timeout,
-  // so the fiber never wakes before `deadline`.
-  const auto ts = to_timespec(deadline.time_since_epoch());
+  // steady_clock is CLOCK_MONOTONIC, the clock both backends' timers use, so
+  // the fiber never wakes before `deadline`.
   OpOptions o;
   o.cancel = cancel;
-  const detail::WaitInfo why{.kind = detail::WaitKind::sleep,
-                             .what = "sleep_until",
-                             .arg = static_cast<std::int64_t>(deadline.time_since_epoch().count())};
-  Result r = run(why, o, [&](io_uring_sqe* s) {
-    io_uring_prep_timeout(s, const_cast<__kernel_timespec*>(&ts), 0, IORING_TIMEOUT_ABS);
-  });
+  const auto at = std::max<std::int64_t>(std::chrono::nanoseconds(deadline.time_since_epoch()).count(), 0);
+  const detail::WaitInfo why{.kind = detail::WaitKind::sleep, .what = "sleep_until", .arg = at};
+  Result r = run(why, o, {.kind = IoKind::sleep, .deadline_ns = static_cast<std::uint64_t>(at)});
   if (r.error.value() == ETIME && r.error.category() == std::system_category()) r.error.clear(); // the timer fired, as asked
   return r;
 }

@@ -3,6 +3,7 @@
 
 #include "clock.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -38,10 +39,26 @@ constexpr Required kRequired[] = {
 };
 } // namespace
 
+std::string io_uring_unavailable() {
+  io_uring ring{};
+  const int rc = io_uring_queue_init(4, &ring, 0);
+  if (rc < 0) return "io_uring_setup: " + errno_text(-rc);
+  std::string why;
+  if (io_uring_probe* probe = io_uring_get_probe_ring(&ring)) {
+    std::string missing;
+    for (const auto& r : kRequired)
+      if (!io_uring_opcode_supported(probe, r.op)) missing += std::string(missing.empty() ? "" : ", ") + r.name;
+    io_uring_free_probe(probe);
+    if (!missing.empty()) why = "the kernel's io_uring lacks opcode(s) " + missing;
+  } else {
+    why = "io_uring_register(PROBE) failed";
+  }
+  io_uring_queue_exit(&ring);
+  return why;
+}
+
 IoRing::~IoRing() {
-  // Work posted by fibers that finished after the owner's last reap (a
-  // stream's buffers to free) is still owed.
-  for (auto& fn : posted_) fn();
+  run_leftover_posts();
   if (ready_) io_uring_queue_exit(&ring_);
   if (event_fd_ >= 0) ::close(event_fd_);
 }
@@ -64,6 +81,11 @@ void IoRing::init(unsigned entries) {
   if (rc < 0) throw std::runtime_error("coresched: io_uring_queue_init failed: " + errno_text(-rc));
   ready_ = true;
   setup_flags_ = flags;
+  // TASKRUN_FLAG: the kernel raises IORING_SQ_TASKRUN in the SQ's flags word
+  // when completions wait for us to enter it; an overflowed CQ always needs it.
+  flags_completions_ = flags & kFlag;
+  attention_word_ = ring_.sq.kflags;
+  attention_mask_ = IORING_SQ_CQ_OVERFLOW | (flags_completions_ ? IORING_SQ_TASKRUN : 0u);
   io_uring_probe* probe = io_uring_get_probe_ring(&ring_);
   if (!probe) throw std::runtime_error("coresched: cannot probe io_uring opcodes");
   std::string missing;
@@ -94,9 +116,7 @@ io_uring_sqe* IoRing::prepare(IoOp* op) {
   if (io_uring_sq_space_left(&ring_) < 2) submit();
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
   io_uring_sqe_set_data64(sqe, tagged(op, kTagOp));
-  op->seq = next_seq_++;
-  inflight_ops_.insert(op);
-  add_inflight(+1);
+  track(op);
   return sqe;
 }
 
@@ -106,6 +126,37 @@ void IoRing::link_timeout(io_uring_sqe* sqe, IoOp* op, __kernel_timespec* ts) {
   io_uring_prep_link_timeout(t, ts, 0);
   io_uring_sqe_set_data64(t, tagged(op, kTagTimeout));
   op->pending = 2;
+}
+
+bool IoRing::start(IoOp* op, std::optional<std::chrono::nanoseconds> timeout) {
+  io_uring_sqe* s = prepare(op);
+  const IoRequest& r = op->req;
+  const auto off = static_cast<__u64>(r.offset);
+  switch (r.kind) {
+  case IoKind::read: io_uring_prep_read(s, r.fd, r.buf, r.len, off); break;
+  case IoKind::write: io_uring_prep_write(s, r.fd, r.buf, r.len, off); break;
+  case IoKind::readv: io_uring_prep_readv(s, r.fd, r.iov, r.iovcnt, off); break;
+  case IoKind::writev: io_uring_prep_writev(s, r.fd, r.iov, r.iovcnt, off); break;
+  case IoKind::recv: io_uring_prep_recv(s, r.fd, r.buf, r.len, r.flags); break;
+  case IoKind::send: io_uring_prep_send(s, r.fd, r.buf, r.len, r.flags); break;
+  case IoKind::accept: io_uring_prep_accept(s, r.fd, r.addr, r.addrlen, SOCK_CLOEXEC); break;
+  case IoKind::connect: io_uring_prep_connect(s, r.fd, r.addr, r.addr_len); break;
+  case IoKind::poll: io_uring_prep_poll_add(s, r.fd, r.events); break;
+  case IoKind::fsync: io_uring_prep_fsync(s, r.fd, 0); break;
+  case IoKind::openat: io_uring_prep_openat(s, r.fd, r.path, r.flags, r.mode); break;
+  case IoKind::close: io_uring_prep_close(s, r.fd); break;
+  case IoKind::sleep:
+    // CLOCK_MONOTONIC, the clock of an absolute io_uring timeout.
+    op->ts = {static_cast<long long>(r.deadline_ns / 1'000'000'000), static_cast<long long>(r.deadline_ns % 1'000'000'000)};
+    io_uring_prep_timeout(s, &op->ts, 0, IORING_TIMEOUT_ABS);
+    break;
+  }
+  if (timeout) {
+    const auto ns = std::max<std::int64_t>(timeout->count(), 0);
+    op->ts = {static_cast<long long>(ns / 1'000'000'000), static_cast<long long>(ns % 1'000'000'000)};
+    link_timeout(s, op, &op->ts);
+  }
+  return false;
 }
 
 void IoRing::arm_wakeup() {
@@ -148,39 +199,6 @@ bool IoRing::defer_submission() noexcept {
     return true;
   }
   return now - since < testing::max_io_defer_ns.load(std::memory_order_relaxed);
-}
-
-void IoRing::request_cancel(IoOp* op, std::uint64_t seq) {
-  {
-    std::lock_guard lk(remote_mu_);
-    cancels_.emplace_back(op, seq);
-    remote_pending_.store(true, std::memory_order_release);
-  }
-  wake();
-}
-
-void IoRing::post(std::function<void()> fn) {
-  {
-    std::lock_guard lk(remote_mu_);
-    posted_.push_back(std::move(fn));
-    remote_pending_.store(true, std::memory_order_release);
-  }
-  wake();
-}
-
-void IoRing::drain_remote() {
-  if (!remote_pending_.load(std::memory_order_acquire)) return;
-  std::vector<std::pair<IoOp*, std::uint64_t>> ops;
-  std::vector<std::function<void()>> posted;
-  {
-    std::lock_guard lk(remote_mu_);
-    ops.swap(cancels_);
-    posted.swap(posted_);
-    remote_pending_.store(false, std::memory_order_relaxed);
-  }
-  for (auto [op, seq] : ops)
-    if (inflight_ops_.count(op) && op->seq == seq) queue_cancel(op); // else it has finished already
-  for (auto& fn : posted) fn();
 }
 
 int IoRing::register_buf_ring(void* ring, unsigned entries) {
@@ -236,10 +254,7 @@ void IoRing::complete(io_uring_cqe* cqe, std::vector<Fiber*>& done) {
   if (op->on_cqe) {
     // A multishot request: in flight until a CQE without F_MORE.
     const bool last = !(cqe->flags & IORING_CQE_F_MORE);
-    if (last) {
-      add_inflight(-1);
-      inflight_ops_.erase(op);
-    }
+    if (last) untrack(op);
     op->on_cqe(op, *cqe, last, done); // may free `op` when `last`
     return;
   }
@@ -251,8 +266,7 @@ void IoRing::complete(io_uring_cqe* cqe, std::vector<Fiber*>& done) {
   // Wake the fiber only when every CQE that names its op has arrived: the op
   // lives on the fiber's stack.
   if (--op->pending == 0) {
-    add_inflight(-1);
-    inflight_ops_.erase(op);
+    untrack(op);
     done.push_back(op->fiber);
   }
 }

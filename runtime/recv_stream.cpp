@@ -22,6 +22,11 @@
 // Why a buffer ring per stream, not one per worker shared by its sockets: a
 // shared ring would have many producers (every consumer, on any thread) and
 // one socket could starve the others of buffers.
+//
+// Under the epoll backend there are no provided buffers or multishot
+// requests: a stream is one buffer of buffer_size bytes, and next() is an
+// io::recv() into it (the same results; the data is copied once, as recv(2)
+// copies it).
 #include "io_ring.hpp"
 #include "scheduler.hpp"
 #include "spin_lock.hpp"
@@ -64,6 +69,9 @@ struct Buffers {
 
 struct State : IoOp {
   int fd = -1;
+  bool readiness = false;           // the epoll backend: next() is a recv into `copy`
+  std::vector<std::byte> copy;
+  io::Cancellation stop;            // cancel() under the epoll backend
   std::size_t buf_size = 0;
   unsigned nbufs = 0;
   Buffers buf;            // `buf.ring` is written only under `lock` (cancel() reads it)
@@ -124,7 +132,7 @@ void close_buffers(const Buffers& b) {
 void close_on_owner(const Buffers& b) {
   if (!b.ring) return;
   Worker* w = Worker::current();
-  if (w && &w->ring() == b.ring) close_buffers(b);
+  if (w && &w->reactor() == b.ring) close_buffers(b);
   else b.ring->post([b] { close_buffers(b); });
 }
 
@@ -237,6 +245,10 @@ Worker& require_fiber(const char* what) {
 // Ends the stream's side of the state.
 void release(State* s) noexcept {
   if (!s) return;
+  if (s->readiness) { // nothing outside the stream refers to it
+    delete s;
+    return;
+  }
   s->lock.lock();
   s->orphaned = true;
   const bool armed = s->armed;
@@ -254,6 +266,7 @@ namespace coresched::io {
 
 using detail::Fiber;
 using detail::Worker;
+using detail::IoRing;
 using detail_stream::State;
 
 RecvStream::RecvStream(int fd, std::size_t buffer_size, unsigned buffers) {
@@ -269,8 +282,14 @@ RecvStream::RecvStream(int fd, std::size_t buffer_size, unsigned buffers) {
   s->fd = fd;
   s->buf_size = buffer_size;
   s->nbufs = n;
+  if (w.reactor().backend() == IoBackend::epoll) {
+    s->readiness = true;
+    s->copy.resize(buffer_size);
+    state_ = s.release();
+    return;
+  }
   s->q.resize(n + 1);
-  const int rc = detail_stream::open_buffers(s->buf, w.ring(), buffer_size, n);
+  const int rc = detail_stream::open_buffers(s->buf, static_cast<IoRing&>(w.reactor()), buffer_size, n);
   if (rc == -ENOMEM) {
     detail_stream::close_buffers(s->buf);
     throw std::system_error(ENOMEM, std::system_category(), "coresched::io::RecvStream: mapping its buffers");
@@ -294,11 +313,15 @@ RecvStream& RecvStream::operator=(RecvStream&& other) noexcept {
 void RecvStream::cancel() noexcept {
   State* s = state_;
   if (!s) return;
+  if (s->readiness) {
+    s->stop.cancel();
+    return;
+  }
   s->lock.lock();
   s->cancelled = true;
   const bool armed = s->armed;
   const std::uint64_t seq = s->armed_seq;
-  detail::IoRing* ring = s->buf.ring;
+  IoRing* ring = s->buf.ring;
   s->lock.unlock();
   if (armed && seq != 0) ring->request_cancel(s, seq);
   // Armed but not yet submitted: arm() sees `cancelled`. Not armed: next() does.
@@ -310,6 +333,16 @@ Result RecvStream::next(std::span<const std::byte>& data) {
   if (!state_) throw UsageError("coresched::io::RecvStream: next() on an empty (moved-from) stream");
   State& s = *state_;
   if (s.ended) return s.end;
+  if (s.readiness) {
+    const Result r = io::recv(s.fd, s.copy, 0, {.cancel = &s.stop});
+    if (r.ok() && r.value > 0) {
+      data = {s.copy.data(), static_cast<std::size_t>(r.value)};
+      return r;
+    }
+    s.ended = true;
+    s.end = r;
+    return r;
+  }
   detail_stream::give_back(s);
   for (;;) {
     s.lock.lock();
@@ -336,8 +369,8 @@ Result RecvStream::next(std::span<const std::byte>& data) {
       s.armed = true;
       s.lock.unlock();
       // No scheduling point from here to the submission: `w` stays ours.
-      if (&w->ring() != s.buf.ring) {
-        if (const int rc = detail_stream::move_buffers(s, w->ring()); rc < 0) {
+      if (&w->reactor() != s.buf.ring) {
+        if (const int rc = detail_stream::move_buffers(s, static_cast<IoRing&>(w->reactor())); rc < 0) {
           s.lock.lock();
           s.armed = false;
           s.lock.unlock();

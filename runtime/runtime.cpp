@@ -22,6 +22,8 @@ Runtime::~Runtime() {
 void Runtime::shutdown() { sched_->shutdown(); }
 const Topology& Runtime::topology() const noexcept { return sched_->topology(); }
 const Options& Runtime::options() const noexcept { return sched_->options(); }
+IoBackend Runtime::io_backend() const noexcept { return sched_->io_backend(); }
+const std::string& Runtime::io_backend_reason() const noexcept { return sched_->io_backend_reason(); }
 Stats Runtime::stats() const { return sched_->stats(); }
 void Runtime::dump(std::FILE* out) const {
   if (!out) throw UsageError("coresched: Runtime::dump needs a stream to write to (got a null FILE*)");

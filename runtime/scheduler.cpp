@@ -34,7 +34,8 @@ std::size_t checked_stack_size(std::size_t asked, const char* what) {
 Scheduler::Scheduler(Options options, Runtime* owner)
     : options_(std::move(options)), owner_(owner), topology_(Topology::discover(options_.topology, options_.cpus)),
       claim_(topology_, topology_.spec()),
-      shared_stacks_(mapped_stack_bytes(round_to_pages(std::clamp<std::size_t>(options_.stack_size, 1, kMaxStackBytes)))) {
+      shared_stacks_(mapped_stack_bytes(round_to_pages(std::clamp<std::size_t>(options_.stack_size, 1, kMaxStackBytes)))),
+      blocking_pool_(std::max<unsigned>(4, static_cast<unsigned>(topology_.pus().size()))) {
   set_log_level(options_.log_level);
   install_overflow_handler();
   default_stack_ = checked_stack_size(options_.stack_size, "Options::stack_size");
@@ -57,6 +58,8 @@ Scheduler::Scheduler(Options options, Runtime* owner)
     options_.wake_affine = options_.wake_affine && v == "1"; // options() tells what is in force
   }
   wake_affine_ = options_.wake_affine;
+  io_choice_ = choose_io_backend(options_.io_backend);
+  options_.io_backend = io_choice_.backend; // options() tells what is in force
   slice_ns_ = static_cast<std::uint64_t>(std::chrono::nanoseconds(options_.slice).count());
   options_.topology = topology_.spec();
   trace_ = Trace::from_options(options_.trace_path, topology_.pus().size());

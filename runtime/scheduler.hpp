@@ -4,10 +4,12 @@
 // workers; shuts down in order.
 #pragma once
 
+#include "blocking_pool.hpp"
 #include "core_claim.hpp"
 #include "core_coordinator.hpp"
 #include "fiber.hpp"
 #include "placement.hpp"
+#include "reactor.hpp"
 #include "stack_pool.hpp"
 #include "ticker.hpp"
 #include "trace.hpp"
@@ -41,6 +43,11 @@ public:
   Scheduler& operator=(const Scheduler&) = delete;
 
   const Options& options() const noexcept { return options_; }
+  /// The I/O backend every worker uses, and why (chosen at construction).
+  IoBackend io_backend() const noexcept { return io_choice_.backend; }
+  const std::string& io_backend_reason() const noexcept { return io_choice_.reason; }
+  /// Threads for the epoll backend's blocking work (started on first use).
+  BlockingPool& blocking_pool() noexcept { return blocking_pool_; }
   const Topology& topology() const noexcept { return topology_; }
   Runtime* owner() const noexcept { return owner_; }
 
@@ -150,6 +157,10 @@ private:
   // Outlive the workers' caches, which give back to them.
   RecordDepot records_{kRecordBytes};
   std::unique_ptr<Trace> trace_; // null unless tracing
+  IoBackendChoice io_choice_;
+  // Declared before the workers: destroyed after them (a worker's reactor
+  // hands it work until the worker ends).
+  BlockingPool blocking_pool_;
   std::vector<std::unique_ptr<CoreCoordinator>> cores_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<PlacementIndex> placement_;

@@ -17,6 +17,14 @@ const char* to_string(FairnessPolicy p) noexcept {
 }
 
 const char* to_string(Placement p) noexcept { return p == Placement::mask ? "mask" : "scan"; }
+const char* to_string(IoBackend b) noexcept {
+  switch (b) {
+  case IoBackend::automatic: return "auto";
+  case IoBackend::io_uring: return "io_uring";
+  case IoBackend::epoll: return "epoll";
+  }
+  return "?";
+}
 
 CookieStats Stats::cookie(Cookie c) const {
   for (const auto& s : cookies)

@@ -41,7 +41,7 @@ void preempt_point() noexcept {
   // does not turn it into a bool first.
   const detail::PreemptWatch watch = detail::tls_watch;
   const unsigned stop = __atomic_load_n(reinterpret_cast<const unsigned char*>(watch.flag), __ATOMIC_RELAXED);
-  const unsigned io = IO_URING_READ_ONCE(*watch.io_flags) & detail::IoRing::kReapFlags;
+  const unsigned io = IO_URING_READ_ONCE(*watch.io_flags) & detail::Reactor::kReapFlags;
   if ((stop | io) == 0) [[likely]]
     return;
   detail::Worker* w = detail::Worker::current();

@@ -21,7 +21,7 @@ constinit thread_local Worker* tls_worker = nullptr;
 namespace {
 constinit const std::atomic<bool> kNeverPreempt{false};
 constinit const unsigned kNoIoFlags = 0;
-constinit const unsigned kAskBackFlags = IoRing::kReapFlags;
+constinit const unsigned kAskBackFlags = Reactor::kReapFlags;
 } // namespace
 constinit thread_local PreemptWatch tls_watch{&kNeverPreempt, &kNoIoFlags};
 
@@ -36,7 +36,7 @@ void watch_worker(Worker* w) noexcept {
 
 void watch_ring(Worker& w, bool ask_back) noexcept {
   if (ask_back) tls_watch.io_flags = &kAskBackFlags;
-  else tls_watch.io_flags = w.ring().flags_completions() ? w.ring().kernel_flags() : &kNoIoFlags;
+  else tls_watch.io_flags = w.reactor().flags_completions() ? w.reactor().kernel_flags() : &kNoIoFlags;
 }
 
 bool watching_for_ask_back() noexcept { return tls_watch.io_flags == &kAskBackFlags; }
@@ -128,16 +128,16 @@ void Worker::thread_main() {
   san::adopt_thread(idle_ctx_);
   bind_to_cpu();
   try {
-    ring_.init(256); // in this thread: a DEFER_TASKRUN ring is waited on by its creator only
+    io_ = make_reactor(sched_.io_backend(), sched_.blocking_pool());
   } catch (const std::exception& e) {
     init_error_ = e.what();
     ready_.store(-1, std::memory_order_release);
     return;
   }
-  sibling().ring.store(&ring_, std::memory_order_release);
+  sibling().ring.store(io_.get(), std::memory_order_release);
   watch_worker(this); // (the ring's flags exist from here)
-  log().debug("worker {} started on CPU {} (core {}, sibling {}), io_uring flags {}", pu_.index, pu_.cpu, pu_.core,
-              sibling_, ring_.flags_text());
+  log().debug("worker {} started on CPU {} (core {}, sibling {}), I/O {}", pu_.index, pu_.cpu, pu_.core,
+              sibling_, io_->describe());
   ready_.store(1, std::memory_order_release);
   idle_loop();
   drain_ring();
@@ -281,7 +281,7 @@ void Worker::after_resume(ctx::fcontext_t from) {
 // The owner-only queue may hold fibers only while no other worker could run
 // them: none is idle, or every one of them (and `adding`) is pinned here.
 bool Worker::local_ok(const Fiber* adding) const noexcept {
-  if (!core_.single_pu() || core_.queued_hint() != 0 || ring_.inflight() != 0) return false;
+  if (!core_.single_pu() || core_.queued_hint() != 0 || io_->inflight() != 0) return false;
   if (!sched_.idle_hint()) return true;
   return local_.unpinned() == 0 && (!adding || adding->pinned != kNotPinned);
 }
@@ -294,9 +294,9 @@ void Worker::poll_io() {
   // does work another thread posted (a moved RecvStream's old buffers to
   // unregister; on the single-PU fast path, which does not come here, they
   // wait for the worker's next I/O or idle spell: memory, not a fiber, waits).
-  if (ring_.inflight() == 0 && !ring_.deferring() && !ring_.remote_pending()) return;
+  if (io_->inflight() == 0 && !io_->deferring() && !io_->remote_pending()) return;
   if (sched_.stopping() && !stop_cancelled_) {
-    ring_.cancel_all(); // shutdown: sleeping and blocked fibers return operation_canceled
+    io_->cancel_all(); // shutdown: sleeping and blocked fibers return operation_canceled
     stop_cancelled_ = true;
   }
   // One io_uring_enter per operation cost more CPU per request than an epoll
@@ -309,7 +309,7 @@ void Worker::poll_io() {
 }
 
 std::size_t Worker::reap_and_wake(bool submit_now) {
-  ring_.reap(io_done_, submit_now);
+  io_->reap(io_done_, submit_now);
   const std::size_t n = io_done_.size();
   {
     const FlagScope own(waking_for_runtime_);
@@ -347,13 +347,13 @@ __attribute__((noinline)) bool Worker::collect_io() {
 // ring's own thread, for at most a second (the kernel answers a cancellation
 // at once; the bound only keeps a misbehaving kernel from hanging shutdown).
 void Worker::drain_ring() {
-  ring_.cancel_all();
+  io_->cancel_all();
   const std::uint64_t deadline = now_ns() + 1'000'000'000;
-  while (ring_.inflight() > 0 && now_ns() < deadline) {
-    ring_.wait_for(io_done_, 10'000'000);
+  while (io_->inflight() > 0 && now_ns() < deadline) {
+    io_->wait_for(io_done_, 10'000'000);
     io_done_.clear(); // no fiber is live: nothing to wake
   }
-  ring_.reap(io_done_, true); // work posted meanwhile (buffers to unregister)
+  io_->reap(io_done_, true); // work posted meanwhile (buffers to unregister)
   io_done_.clear();
 }
 
@@ -422,7 +422,7 @@ Pick Worker::pick() {
 // each round trip waited for the runner's tick (1.4-1.5 k a second).
 // Otherwise the fiber submits them at its first preemption point.
 Pick Worker::before_run(Pick p) {
-  if (ring_.deferring() && p.fiber->ran_out && reap_and_wake(true) > 0) [[unlikely]] {
+  if (io_->deferring() && p.fiber->ran_out && reap_and_wake(true) > 0) [[unlikely]] {
     WakeList wakes;
     core_.lock().lock();
     p = core_.requeue_and_pick_locked(sibling_, p.fiber, Requeue::preempted, wakes);

@@ -9,7 +9,7 @@
 #include "clock.hpp"
 #include "core_coordinator.hpp"
 #include "fiber.hpp"
-#include "io_ring.hpp"
+#include "reactor.hpp"
 #include "local_queue.hpp"
 #include "record_cache.hpp"
 #include "stack_pool.hpp"
@@ -45,7 +45,7 @@ extern thread_local constinit Worker* tls_worker;
 
 /// What this_fiber::preempt_point() reads, two words and no test for null:
 /// the worker's preempt flag, and the word in which the kernel says that
-/// completions wait in the worker's ring (IoRing::kernel_flags(), as Seastar's
+/// completions wait in the worker's ring (Reactor::kernel_flags(), as Seastar's
 /// need_preempt() also watches its I/O ring). On plain threads, and where the
 /// ring does not raise the flag, they point at words that stay zero.
 struct PreemptWatch {
@@ -106,8 +106,9 @@ public:
   }
   /// What this worker, as a thief, has seen of wake-affine placements (its thread only).
   AffineGrace& steal_grace() noexcept { return steal_grace_; }
-  /// This worker's io_uring (use only on this worker's thread).
-  IoRing& ring() noexcept { return ring_; }
+  /// This worker's reactor: its I/O, timers and sleep (use only on this
+  /// worker's thread, once it has started).
+  Reactor& reactor() noexcept { return *io_; }
 
   /// No fiber waits to run here (this worker's thread; its core's count is a hint).
   bool nothing_queued() const noexcept { return local_.empty() && core_.queued_hint() == 0; }
@@ -127,7 +128,7 @@ public:
   /// fiber goes back in vtime order, else it runs on.
   void preempt() {
     save_errno();
-    if ((ring_.needs_attention() || watching_for_ask_back()) && collect_io()) [[unlikely]]
+    if ((io_->needs_attention() || watching_for_ask_back()) && collect_io()) [[unlikely]]
       return;
     if (young_turn_holds()) [[unlikely]] {
       restore_errno();
@@ -216,13 +217,13 @@ public:
 
   /// Any thread: this worker has I/O completions to collect or SQEs to submit.
   bool io_needs_attention() const noexcept {
-    const IoRing* r = sib_->ring.load(std::memory_order_acquire);
+    const Reactor* r = sib_->ring.load(std::memory_order_acquire);
     return r && r->needs_attention();
   }
   /// Whether this worker's completions need the ticker (any thread): they
   /// do only where its ring cannot flag them to preempt_point().
   bool io_wants_ticks() const noexcept {
-    const IoRing* r = sib_->ring.load(std::memory_order_acquire);
+    const Reactor* r = sib_->ring.load(std::memory_order_acquire);
     return r && r->inflight() > 0 && !r->flags_completions();
   }
 
@@ -311,7 +312,7 @@ private:
   std::uint64_t next_id_ = 0, id_end_ = 0; // this worker's block of fiber ids
   void reserve_fiber_ids() noexcept;
   std::thread thread_;
-  IoRing ring_;
+  std::unique_ptr<Reactor> io_; // made in the worker's thread (a DEFER_TASKRUN ring is waited on by its creator only)
   std::vector<Fiber*> io_done_; // scratch: fibers whose I/O completed
   bool stop_cancelled_ = false; // in-flight I/O was cancelled for shutdown
   std::atomic<int> ready_{0};   // 1 running, -1 failed (init_error_ says why)
@@ -333,7 +334,7 @@ private:
   /// the ticker no longer looks for them. One that blocks first submits them
   /// with its own I/O. Through the watch's ring word, not the preempt flag:
   /// the fiber is not asked to yield, and nobody else's request is cleared.
-  void ask_back_for_io() noexcept { watch_ring(*this, ring_.deferring()); }
+  void ask_back_for_io() noexcept { watch_ring(*this, io_->deferring()); }
   void spill_local_locked();
 
   Fiber idle_ctx_;

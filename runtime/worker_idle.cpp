@@ -152,7 +152,7 @@ bool Worker::sleep_once() {
   // never cancel its in-flight I/O (a fiber in a 1 h io::sleep_until kept
   // shutdown waiting for ever: fuzzer seed 242921). The core lock orders the
   // two: either the waker saw `sleeping`, or this load sees `stopping`.
-  if (sched_.stopping() && !stop_cancelled_ && (ring_.inflight() != 0 || ring_.deferring())) return true;
+  if (sched_.stopping() && !stop_cancelled_ && (io_->inflight() != 0 || io_->deferring())) return true;
   // A spawner on another single-PU core passes this worker by unless it says
   // it sleeps (Scheduler::wake_helper, Help::spawned). So, now that `sleeping`
   // is published, look at the other single-PU cores once more (the fence
@@ -174,7 +174,7 @@ bool Worker::sleep_once() {
   bool woke_early = false;
   while (sibling().wake_word.load(std::memory_order_acquire) == epoch && !sched_.exiting()) {
     if (turn_end != 0) woke_early = sleep_until_turn_end(turn_end);
-    else ring_.wait(io_done_);
+    else io_->wait(io_done_);
     if (!io_done_.empty() || woke_early) break;
   }
   if (!io_done_.empty() || woke_early) {

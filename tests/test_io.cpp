@@ -294,9 +294,14 @@ TEST_CASE("a timer on a busy worker fires at the runner's next preemption point,
   // point reads. Before both, the ticker (every slice/4 = 10 ms) did each
   // step: the average lateness read about a tick. With only the ticker's
   // help it fails the bound below; without any, it is half a slice or more.
+  //
+  // Under epoll nothing flags a due timer to a busy worker: the ticker asks
+  // it to look, so the bound there is a tick (a quarter slice) and the same
+  // margin. Without that request the median is half a slice or more.
   Options o = topo("core:1 pu:1");
   o.slice = 40ms;
   Runtime rt(o);
+  const auto bound = rt.io_backend() == IoBackend::epoll ? o.slice / 4 + o.slice / 16 : o.slice / 16;
   std::atomic<bool> stop{false};
   auto busy = rt.spawn([&] { test_support::busy_until(stop); });
   // The median, not the mean: one stall of the host (a vCPU descheduled for
@@ -317,8 +322,8 @@ TEST_CASE("a timer on a busy worker fires at the runner's next preemption point,
   const auto median_lateness = sleeper.join();
   busy.join();
   const double late_ms = std::chrono::duration<double, std::milli>(median_lateness).count();
-  INFO("median lateness " << late_ms << " ms");
-  CHECK(median_lateness < o.slice / 16);
+  INFO("median lateness " << late_ms << " ms, backend " << to_string(rt.io_backend()));
+  CHECK(median_lateness < bound);
 }
 
 TEST_CASE("I/O queued behind runnable fibers is still submitted within a few scheduling points", "[io]") {

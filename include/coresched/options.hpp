@@ -24,6 +24,24 @@ enum class Placement {
   scan, ///< Walk every worker of the LLC, as the kernel did before the idle mask.
 };
 
+/// The kernel interface the workers use for fiber I/O (coresched::io),
+/// sleeps, timeouts and idle sleeping. Chosen once, at construction; every
+/// operation then goes to that backend.
+enum class IoBackend {
+  /// Default: io_uring where the kernel allows it and has every opcode the
+  /// runtime uses, else epoll; one log line (warn level on falling back) says
+  /// which and why.
+  automatic,
+  /// io_uring (liburing). Where it cannot start (Docker's default seccomp
+  /// profile, kernel.io_uring_disabled, a kernel without an opcode) the
+  /// Runtime constructor throws UsageError naming the reason.
+  io_uring,
+  /// epoll, eventfd and a timer heap per worker; regular-file I/O, openat and
+  /// fsync run on a small thread pool (docs/io-backends.md). Works wherever
+  /// io_uring is forbidden.
+  epoll,
+};
+
 /// Default fiber stack size: 64 KiB usable plus one guard page.
 inline constexpr std::size_t default_stack_size = 64 * 1024;
 
@@ -51,6 +69,10 @@ struct Options {
 
   /// Wakeup placement strategy.
   Placement placement = Placement::mask;
+
+  /// The I/O backend. `automatic` also reads CORESCHED_IO_BACKEND ("auto",
+  /// "io_uring" or "epoll"; another value is a UsageError at construction).
+  IoBackend io_backend = IoBackend::automatic;
 
   /// Cooperative time slice: after about this long on one worker (half of it
   /// while a sibling PU is forced idle), preempt_point() yields. Must be
@@ -124,5 +146,7 @@ struct Options {
 const char* to_string(FairnessPolicy p) noexcept;
 /// Name of a placement ("mask", "scan").
 const char* to_string(Placement p) noexcept;
+/// Name of an I/O backend ("auto", "io_uring", "epoll").
+const char* to_string(IoBackend b) noexcept;
 
 } // namespace coresched

@@ -58,6 +58,12 @@ public:
   /// CORESCHED_TOPOLOGY); the other fields are as given (environment
   /// fallbacks such as CORESCHED_TRACE are not written back).
   const Options& options() const noexcept;
+  /// The I/O backend in use (never IoBackend::automatic: what it chose).
+  IoBackend io_backend() const noexcept;
+  /// Why that backend: "requested", "io_uring available", or why io_uring
+  /// could not be used ("io_uring_setup: Operation not permitted", "the
+  /// kernel's io_uring lacks opcode(s) ...").
+  const std::string& io_backend_reason() const noexcept;
   /// A snapshot of the scheduling statistics; callable from any thread, before
   /// or after shutdown().
   Stats stats() const;
