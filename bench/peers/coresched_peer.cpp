@@ -201,6 +201,23 @@ std::vector<Figure> wake_latency(Runtime& rt, const Params& p, Placed how,
   return {{"p50", "us", peers::percentile(lat, 50)}, {"p99", "us", peers::percentile(lat, 99)}};
 }
 
+// One fiber sleeps gap_us at a time, n times, on a worker with nothing else
+// to run: how late each wake-up comes (the backend's timer and the worker's
+// sleep in its reactor).
+std::vector<Figure> sleep_lateness(Runtime& rt, const Params& p) {
+  const auto gap = std::chrono::nanoseconds(static_cast<long>(p.gap_us * 1000));
+  std::vector<double> late;
+  late.reserve(static_cast<std::size_t>(p.n));
+  rt.spawn([&] {
+    for (long i = 0; i < p.n; ++i) {
+      const auto deadline = Clock::now() + gap;
+      this_fiber::sleep_until(deadline);
+      late.push_back(std::chrono::duration<double, std::micro>(Clock::now() - deadline).count());
+    }
+  }).join();
+  return {{"p50", "us", peers::percentile(late, 50)}, {"p99", "us", peers::percentile(late, 99)}};
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -222,6 +239,7 @@ int main(int argc, char** argv) {
                             {"pipeline", [&](const Params& p) { return pipeline(rt, p); }},
                             {"wake", [&](const Params& p) { return wake_latency(rt, p, Placed::two_workers); }},
                             {"wake_any", [&](const Params& p) { return wake_latency(rt, p, Placed::by_runtime); }},
+                            {"sleep", [&](const Params& p) { return sleep_lateness(rt, p); }},
                             {"wake_run_on", [&](const Params& p) {
                                return wake_latency(rt, p, Placed::by_runtime, std::chrono::microseconds(100));
                              }}});

@@ -34,13 +34,18 @@ PEERS = {  # name -> (display name, program in the bin dir, arguments after the 
     # the woken thread then ran on its waker's CPU in 35-54 % of wake-ups
     # (peer.go, lockToCPU), so it is shown beside the pinned `Go` column.
     "go_unpinned": ("Go unpinned", "peer-go", ["-unpinned"]),
+    # The same program on the epoll backend (where io_uring is forbidden).
+    "coresched_epoll": ("coresched epoll", "peer-coresched", []),
 }
+# Environment per peer or echo server (added to the suite's own).
+PEER_ENV = {"coresched_epoll": {"CORESCHED_IO_BACKEND": "epoll"}}
 BASE_PEERS = ["coresched", "boost_fiber", "go", "threads"]
 ECHO_SERVERS = {  # name -> (display name, argv after the bin dir)
     "coresched": ("coresched", ["peer-echo-coresched"]),
     "coresched_stream": ("RecvStream", ["peer-echo-coresched", "--recv-stream"]),
     "go": ("Go", ["peer-go", "echo-server"]),
     "epoll": ("epoll", ["peer-echo-epoll"]),
+    "coresched_epoll": ("coresched epoll", ["peer-echo-coresched"]),
 }
 DISPLAY = {**{k: v[0] for k, v in PEERS.items()}, **{k: v[0] for k, v in ECHO_SERVERS.items()}}
 
@@ -90,9 +95,12 @@ WORKLOADS = [
     # Go: waker and woken goroutine locked to OS threads pinned to CPUs 0 and
     # 1, the only way Go has to put them on two CPUs (peer.go, lockToCPU).
     Workload("wake", "cross-worker wake latency, waker pauses --gap-us first (us)", 2_000, 200,
-             peers=BASE_PEERS + ["go_unpinned"]),
+             peers=BASE_PEERS + ["go_unpinned", "coresched_epoll"]),
     Workload("wake_any", "wake latency, fibers placed by the runtime, waker pauses --gap-us first (us)", 2_000, 200,
-             peers=["coresched", "go"]),
+             peers=["coresched", "go", "coresched_epoll"]),
+    # The I/O backends' timers: each backend against the other (no target vs Go).
+    Workload("sleep", "lateness of a --gap-us sleep on an otherwise idle worker (us)", 2_000, 200,
+             peers=["coresched", "coresched_epoll"]),
     # A runs on for 100 us after the wake-up before it waits (coresched: with
     # preemption points, as cooperative code has them).
     Workload("wake_run_on", "wake latency, placed by the runtime, the waker runs on 100 us (us)", 2_000, 200,
@@ -122,7 +130,18 @@ TARGETS = {
     ("wake", "p99", "go"): ("<=", 1.0),
     ("wake_any", "p50", "go"): ("<=", 1.0),
     ("wake_any", "p99", "go"): ("<=", 1.0),
-    ("echo", "rps", "epoll"): (">=", 1.1),  # issue 13, part 3 (issue 6: >= 1.0)
+    ("echo", "rps", "epoll"): (">=", 1.1),
+}
+# The epoll backend's rows: coresched epoll / peer. Its echo against the
+# hand-written epoll server; its wake-ups and sleeps against io_uring's.
+EPOLL_TARGETS = {
+    ("echo", "rps", "epoll"): (">=", 0.95),
+    ("wake", "p50", "coresched"): ("<=", 1.1),
+    ("wake", "p99", "coresched"): ("<=", 1.1),
+    ("wake_any", "p50", "coresched"): ("<=", 1.1),
+    ("wake_any", "p99", "coresched"): ("<=", 1.1),
+    ("sleep", "p50", "coresched"): ("<=", 1.1),
+    ("sleep", "p99", "coresched"): ("<=", 1.1),
 }
 
 
@@ -209,8 +228,12 @@ def parse_lines(out):
     return figs
 
 
-def run_program(argv, timeout):
-    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+def peer_env(peer):
+    return {**os.environ, **PEER_ENV.get(peer, {})}
+
+
+def run_program(argv, timeout, env=None):
+    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} exited {r.returncode}: {r.stderr.strip()[-400:]}")
     figs = parse_lines(r.stdout)
@@ -251,7 +274,7 @@ def stop(proc):
 def run_echo(args, server):
     """One round: start `server`, drive it with the one shared client, stop it."""
     argv = [os.path.join(args.bin_dir, ECHO_SERVERS[server][1][0])] + ECHO_SERVERS[server][1][1:]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=False)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=False, env=peer_env(server))
     try:
         port = wait_for_port(proc, 20)
         client = [os.path.join(args.bin_dir, "peer-echo-client"), "--port", str(port), "--label", server,
@@ -267,9 +290,9 @@ def run_one(args, w, peer):
         return run_echo(args, peer)
     n = w.size(peer, args.quick)
     argv = [os.path.join(args.bin_dir, PEERS[peer][1]), w.name, "-n", str(n)] + PEERS[peer][2]
-    if w.name.startswith("wake"):
+    if w.name.startswith("wake") or w.name == "sleep":
         argv += ["--gap-us", str(args.gap_us)]
-    return run_program(argv, args.timeout)
+    return run_program(argv, args.timeout, peer_env(peer))
 
 
 def stats(values):
@@ -317,24 +340,35 @@ def run_all(args, peers_ok):
 
 
 def ratios(results):
+    """coresched / each peer; and the epoll backend / io_uring's and the epoll server (EPOLL_TARGETS)."""
     out = []
     for wname, metrics in results.items():
         w = BY_NAME[wname]
         for metric, by_peer in metrics.items():
-            ours = by_peer.get("coresched")
-            if not ours:
-                continue
-            for peer, theirs in by_peer.items():
-                if peer == "coresched" or theirs["median"] <= 0:
-                    continue
-                ratio = ours["median"] / theirs["median"]
-                target = TARGETS.get((wname, metric, peer))
-                met = None
-                if target:
-                    met = ratio <= target[1] if target[0] == "<=" else ratio >= target[1]
-                out.append({"workload": wname, "metric": metric, "peer": peer, "ratio": ratio,
-                            "higher_is_better": w.higher_is_better,
-                            "target": f"{target[0]}{target[1]}" if target else None, "met": met})
+            for us, targets in (("coresched", TARGETS), ("coresched_epoll", EPOLL_TARGETS)):
+                ours = by_peer.get(us)
+                if ours:
+                    out += compare(w, metric, us, ours, by_peer, targets)
+    return out
+
+
+def compare(w, metric, us, ours, by_peer, targets):
+    out = []
+    for peer, theirs in by_peer.items():
+        if peer == us or theirs["median"] <= 0:
+            continue
+        if us == "coresched" and peer == "coresched_epoll":
+            continue  # shown once, as epoll / io_uring
+        if us == "coresched_epoll" and (w.name, metric, peer) not in targets:
+            continue
+        ratio = ours["median"] / theirs["median"]
+        target = targets.get((w.name, metric, peer))
+        met = None
+        if target:
+            met = ratio <= target[1] if target[0] == "<=" else ratio >= target[1]
+        out.append({"workload": w.name, "metric": metric, "ours": us, "peer": peer, "ratio": ratio,
+                    "higher_is_better": w.higher_is_better,
+                    "target": f"{target[0]}{target[1]}" if target else None, "met": met})
     return out
 
 
@@ -349,30 +383,34 @@ def fmt(v):
 
 
 def table(results, rats):
-    """The one table: a row per (workload, metric, peer)."""
-    by_key = {(r["workload"], r["metric"], r["peer"]): r for r in rats}
-    rows = [("workload", "metric", "unit", "coresched", "peer", "peer value", "ratio", "target", "met")]
+    """The one table: a row per (workload, metric, ours, peer); `ours` is
+    coresched (its default backend) or coresched on epoll."""
+    by_key = {(r["workload"], r["metric"], r["ours"], r["peer"]): r for r in rats}
+    rows = [("workload", "metric", "unit", "ours", "value", "peer", "peer value", "ratio", "target", "met")]
     for w in WORKLOADS:
         for metric, by_peer in results.get(w.name, {}).items():
-            ours = by_peer.get("coresched")
-            if not ours:
-                continue
-            ours_s = f"{fmt(ours['median'])} ±{fmt(ours['stdev'])}"
             first = True
-            for peer in [p for p in DISPLAY if p in by_peer and p != "coresched"]:
-                theirs, r = by_peer[peer], by_key.get((w.name, metric, peer))
-                rows.append((w.name if first else "", metric if first else "", ours["unit"] if first else "",
-                             ours_s if first else "", DISPLAY[peer],
-                             f"{fmt(theirs['median'])} ±{fmt(theirs['stdev'])}",
-                             f"{r['ratio']:.3f}" if r else "-", (r or {}).get("target") or "",
-                             {True: "yes", False: "NO", None: ""}[(r or {}).get("met")]))
-                first = False
-            if first:  # no peer measured
-                rows.append((w.name, metric, ours["unit"], ours_s, "-", "-", "-", "", ""))
+            for us in ("coresched", "coresched_epoll"):
+                ours = by_peer.get(us)
+                if not ours:
+                    continue
+                ours_s = f"{fmt(ours['median'])} ±{fmt(ours['stdev'])}"
+                shown = False
+                for peer in [p for p in DISPLAY if p in by_peer and (w.name, metric, us, p) in by_key]:
+                    theirs, r = by_peer[peer], by_key[(w.name, metric, us, peer)]
+                    rows.append((w.name if first else "", metric if first else "", ours["unit"] if first else "",
+                                 DISPLAY[us] if not shown else "", ours_s if not shown else "", DISPLAY[peer],
+                                 f"{fmt(theirs['median'])} ±{fmt(theirs['stdev'])}", f"{r['ratio']:.3f}",
+                                 r.get("target") or "", {True: "yes", False: "NO", None: ""}[r.get("met")]))
+                    first, shown = False, True
+                if not shown:  # no peer measured
+                    rows.append((w.name if first else "", metric if first else "", ours["unit"] if first else "",
+                                 DISPLAY[us], ours_s, "-", "-", "-", "", ""))
+                    first = False
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     lines = []
     for i, row in enumerate(rows):
-        lines.append("  ".join(str(c).ljust(widths[j]) if j < 5 else str(c).rjust(widths[j])
+        lines.append("  ".join(str(c).ljust(widths[j]) if j < 7 else str(c).rjust(widths[j])
                                for j, c in enumerate(row)).rstrip())
         if i == 0:
             lines.append("  ".join("-" * wd for wd in widths))
@@ -430,7 +468,7 @@ def main(argv):
     results, errors = run_all(args, peers_ok)
     rats = ratios(results)
     print(f"coresched peer suite: {machine()['allowed_cpus']} CPUs, {'quick' if args.quick else 'full'} sizes, "
-          f"median of {args.rounds} rounds ± population stdev; ratio = coresched / peer "
+          f"median of {args.rounds} rounds ± population stdev; ratio = ours / peer "
           f"(echo: requests/s, higher is better; everything else: lower is better)")
     print(table(results, rats))
     for s in skipped:
