@@ -232,7 +232,7 @@ TEST_CASE("a cookie arriving beside a core busy with another gets it within a fe
   CHECK(worst < 8.0);
 }
 
-TEST_CASE("I/O in flight beside a runner does not keep the ticker at the quarter slice", "[ticker][io]") {
+TEST_CASE("I/O in flight beside a runner does not keep the ticker at the quarter slice", "[ticker][io][io_uring]") {
   // One PU: a CPU-bound fiber, and a fiber parked in a read that does not end
   // while the window lasts. The ring raises IORING_SQ_TASKRUN when the read's
   // completion waits, and the runner's next preemption point collects it, so

@@ -13,6 +13,7 @@ output (used by ctest).
                                                      message naming the reason, without a crash
     check_deny_io_uring.py suite LAUNCHER TESTS SPEC the Catch2 binary TESTS passes the tests SPEC selects
                                                      ("[io]~[io_uring]": the I/O tests but io_uring's own)
+    check_deny_io_uring.py main-job LAUNCHER BENCH  coresched-bench matrix (the main job, short) runs on epoll
 
 Exit status 77 (a skip) when the launcher cannot install its filter here
 (a kernel without seccomp filters): then nothing can be checked.
@@ -137,9 +138,22 @@ def check_suite(launcher, tests, spec):
     return summary[0] if summary else "passed"
 
 
+def check_main_job(launcher, bench):
+    cmd = [launcher, "--", bench, "matrix", "--time", "0.3", "--runs", "1", "--config", "Alone",
+           "--config", "both tagged"]
+    rc, out = run(cmd, {"CORESCHED_TOPOLOGY": TOPOLOGY}, timeout=120)
+    show(cmd, rc, out)
+    no_crash(cmd, rc, out)
+    expect(rc == 0, "the fairness matrix must run on the epoll backend")
+    header = [line for line in out.splitlines() if line.startswith("# io backend: epoll")]
+    expect(header, "the matrix's header must say it ran on epoll")
+    expect("both tagged" in out, "the matrix must print its rows")
+    return header[0].strip()
+
+
 def main(argv):
     checks = {"launcher": (check_launcher, 2), "fallback": (check_fallback, 2), "forced": (check_forced, 2),
-              "suite": (check_suite, 3)}
+              "suite": (check_suite, 3), "main-job": (check_main_job, 2)}
     if len(argv) < 2 or argv[1] not in checks or len(argv) != 2 + checks[argv[1]][1]:
         print(__doc__, file=sys.stderr)
         return 2
