@@ -78,7 +78,6 @@ struct IoOp {
   std::uint64_t expires_ns = 0;
   int heap_index = -1;
   IoOp* next_waiter = nullptr;
-  std::atomic<int> offload_state{0}; // BlockingPool: queued, running, done, abandoned
 };
 
 class Reactor {
