@@ -93,6 +93,9 @@ void EpollReactor::init() {
   have_pwait2_ = ::epoll_pwait2(epfd_, &out, 1, &zero, nullptr) >= 0;
   inbox_ = std::make_shared<Inbox>();
   inbox_->reactor = this;
+  overdue_after_ns_ = kMaxPollGapNs;
+  pokes_ticker_ = false;
+  asks_back_ = false;
 }
 
 std::string EpollReactor::describe() const {
@@ -108,6 +111,7 @@ EpollReactor::Next EpollReactor::attempt(IoOp* op) {
   case IoKind::recv:
     res = as_result(::recv(r.fd, r.buf, r.len, r.flags | MSG_DONTWAIT));
     if (would_block(res)) return Next::wait_in;
+    if (res >= 0 && static_cast<unsigned>(res) < r.len) fds_[r.fd].drained = true;
     break;
   case IoKind::send:
     res = as_result(::send(r.fd, r.buf, r.len, r.flags | MSG_DONTWAIT));
@@ -127,6 +131,7 @@ EpollReactor::Next EpollReactor::attempt(IoOp* op) {
     res = as_result(in ? ::preadv2(r.fd, iov, n, r.offset, RWF_NOWAIT) : ::pwritev2(r.fd, iov, n, r.offset, RWF_NOWAIT));
     if (would_block(res)) return in ? Next::wait_in : Next::wait_out;
     if (res == -EOPNOTSUPP || res == -EINVAL) return Next::offload;
+    if (r.kind == IoKind::read && res >= 0 && static_cast<unsigned>(res) < r.len) fds_[r.fd].drained = true;
     break;
   }
   case IoKind::accept:
@@ -184,9 +189,18 @@ int EpollReactor::run_blocking(const IoRequest& r) {
   }
 }
 
+// A read right after a short one would almost always say EAGAIN (an echo
+// server's next recv, once it has answered): go straight to the wait. Arming
+// the wait polls the fd, so data that came meanwhile is seen at once.
+bool EpollReactor::skip_try(const IoRequest& r) const {
+  if (r.kind != IoKind::recv && r.kind != IoKind::read) return false;
+  const auto it = fds_.find(r.fd);
+  return it != fds_.end() && it->second.drained;
+}
+
 bool EpollReactor::start(IoOp* op, std::optional<std::chrono::nanoseconds> timeout) {
   Next next = Next::wait_in;
-  if (op->req.kind != IoKind::sleep) {
+  if (op->req.kind != IoKind::sleep && !skip_try(op->req)) {
     next = attempt(op);
     if (next == Next::done) return true;
   }
@@ -302,6 +316,7 @@ void EpollReactor::on_ready(int fd, std::vector<Fiber*>& done) {
   IoOp* list = w.head;
   w.head = nullptr;
   w.armed = 0;
+  w.drained = false;
   // Oldest first: they were pushed at the head.
   std::vector<IoOp*> ops;
   for (IoOp* o = list; o; o = o->next_waiter) ops.push_back(o);

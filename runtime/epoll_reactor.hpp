@@ -64,7 +64,9 @@ private:
   struct FdWait {
     IoOp* head = nullptr;
     unsigned armed = 0;
+    bool drained = false; // its last read was short, and no event came since
   };
+  bool skip_try(const IoRequest& r) const;
   void wait_on_fd(IoOp* op, unsigned events);
   void arm(int fd, FdWait& w);
   bool unlink_from_fd(IoOp* op);

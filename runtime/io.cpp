@@ -119,9 +119,11 @@ Result run(const detail::WaitInfo& why, const OpOptions& o, const detail::IoRequ
   // completions (Reactor::flags_completions) the running fiber's next
   // preemption point collects them, as it submits what the worker holds back
   // for a batch (Worker::ask_back_for_io). Elsewhere the ticker asks for a
-  // scheduling point within a quarter slice. Also when nothing else is
-  // queued now: a fiber may arrive or be stolen before the worker goes idle.
-  if (!reactor.flags_completions()) w.scheduler().want_fine_ticks();
+  // scheduling point: an io_uring that cannot flag needs it at the fine
+  // period from now (also when nothing else is queued now: a fiber may
+  // arrive or be stolen before the worker goes idle); an epoll worker that
+  // stops polling is found overdue by the ticker's next tick.
+  if (reactor.pokes_ticker()) w.scheduler().want_fine_ticks();
   op.fiber->state.store(detail::FiberState::parking, std::memory_order_release);
   w.park(why); // `w` may be another worker when we resume; only `op` is used below
   if (o.cancel) CancellationAccess::detach(*o.cancel);

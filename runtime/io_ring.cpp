@@ -84,6 +84,7 @@ void IoRing::init(unsigned entries) {
   // TASKRUN_FLAG: the kernel raises IORING_SQ_TASKRUN in the SQ's flags word
   // when completions wait for us to enter it; an overflowed CQ always needs it.
   flags_completions_ = flags & kFlag;
+  pokes_ticker_ = !flags_completions_;
   attention_word_ = ring_.sq.kflags;
   attention_mask_ = IORING_SQ_CQ_OVERFLOW | (flags_completions_ ? IORING_SQ_TASKRUN : 0u);
   io_uring_probe* probe = io_uring_get_probe_ring(&ring_);

@@ -8,6 +8,7 @@
 #include <coresched/join_handle.hpp>
 
 #include <cstdlib>
+#include <stdexcept>
 
 namespace coresched::detail {
 
@@ -83,15 +84,21 @@ IoBackendChoice choose_io_backend(IoBackend requested) {
   return {IoBackend::epoll, why_not};
 }
 
-std::unique_ptr<Reactor> make_reactor(IoBackend backend, BlockingPool& pool) {
+void make_reactor(ReactorSlot& slot, IoBackend backend, BlockingPool& pool) {
+  Reactor* base = nullptr;
   if (backend == IoBackend::epoll) {
-    auto r = std::make_unique<EpollReactor>(pool);
-    r->init();
-    return r;
+    auto& r = slot.emplace<EpollReactor>(pool);
+    base = &r;
+    r.init();
+  } else {
+    auto& r = slot.emplace<IoRing>();
+    base = &r;
+    r.init(256);
   }
-  auto r = std::make_unique<IoRing>();
-  r->init(256);
-  return r;
+  // The slot hands out its start as the Reactor: true of a class whose only
+  // base is Reactor (its primary base), checked here once.
+  if (static_cast<void*>(base) != static_cast<void*>(slot.get()))
+    throw std::logic_error("coresched: a reactor's Reactor base is not at its start");
 }
 
 } // namespace coresched::detail

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
+#include <cstddef>
 #include <mutex>
 #include <optional>
 #include <chrono>
@@ -125,12 +127,33 @@ public:
   /// completions wait to be collected. Where it does, a busy worker's fiber
   /// sees them at its next preemption point; where not, the ticker asks.
   bool flags_completions() const noexcept { return flags_completions_; }
+  /// Whether a fiber's wait must poke the ticker to its fine period: where
+  /// completions are neither flagged nor looked for by the ticker unasked
+  /// (an io_uring without TASKRUN_FLAG). The ticker runs while any worker is
+  /// busy and asks an epoll worker that has not polled (overdue()) itself.
+  bool pokes_ticker() const noexcept { return pokes_ticker_; }
+  /// Whether deferring() means submissions held back, which the next fiber
+  /// must be asked back for at its first preemption point (io_uring); an
+  /// epoll reactor holds none (a fiber that used up its slice is preceded
+  /// by a poll in Worker::before_run instead).
+  bool asks_back() const noexcept { return asks_back_; }
   /// The word those flags are raised in (this_fiber::preempt_point reads it).
   const unsigned* kernel_flags() const noexcept { return attention_word_; }
   /// Any thread: the owner should reach a scheduling point soon (completions
   /// flagged, or submissions held back).
   bool needs_attention() const noexcept {
     return deferring() || (__atomic_load_n(attention_word_, __ATOMIC_RELAXED) & attention_mask_);
+  }
+  /// Any thread (the ticker): whether the owner should be asked to look now:
+  /// completions flagged, or something held unattended for overdue_after_ns_
+  /// (io_uring: SQEs held back, at once; epoll: waits not polled for
+  /// EpollReactor::kMaxPollGapNs, which a worker that switches fibers never
+  /// reaches, so an I/O server's workers are left alone and the ticker need
+  /// not run at its fine period for them).
+  bool overdue(std::uint64_t now) const noexcept {
+    if (__atomic_load_n(attention_word_, __ATOMIC_RELAXED) & attention_mask_) return true;
+    const std::uint64_t since = deferred_since_.load(std::memory_order_relaxed);
+    return since != 0 && now - since >= overdue_after_ns_;
   }
   /// Whether submissions are being held back for a batch (any thread).
   bool deferring() const noexcept { return deferred_since_.load(std::memory_order_relaxed) != 0; }
@@ -167,6 +190,9 @@ protected:
   // When submissions were first held back; 0: none. Owner writes, any reads.
   std::atomic<std::uint64_t> deferred_since_{0};
   bool flags_completions_ = false;
+  bool pokes_ticker_ = true;
+  bool asks_back_ = true;
+  std::uint64_t overdue_after_ns_ = 0;
   const unsigned* attention_word_ = &kZeroWord;
   unsigned attention_mask_ = 0;
   std::unordered_set<IoOp*> inflight_ops_; // owner thread only
@@ -184,6 +210,38 @@ protected:
   void run_leftover_posts();
 };
 
+/// A worker's reactor, built in place inside the worker: the words its
+/// switch path reads (inflight(), deferring()) are then at a fixed offset
+/// from the worker, as they were when the worker embedded its io_uring.
+/// Through a pointer each costs a load more, and yield went over its
+/// instruction budget (bench/budget). Holds either backend.
+class ReactorSlot {
+public:
+  ReactorSlot() = default;
+  ~ReactorSlot() {
+    if (made_) get()->~Reactor();
+  }
+  ReactorSlot(const ReactorSlot&) = delete;
+  ReactorSlot& operator=(const ReactorSlot&) = delete;
+
+  /// Builds an `R` here (once); `R`'s Reactor base must sit at its start.
+  template <class R, class... Args> R& emplace(Args&&... args) {
+    static_assert(sizeof(R) <= kBytes && alignof(R) <= kAlign, "ReactorSlot too small for this backend");
+    R* r = new (bytes_) R(std::forward<Args>(args)...);
+    made_ = true;
+    return *r;
+  }
+  Reactor* get() noexcept { return std::launder(reinterpret_cast<Reactor*>(bytes_)); }
+  const Reactor* get() const noexcept { return std::launder(reinterpret_cast<const Reactor*>(bytes_)); }
+  Reactor* operator->() noexcept { return get(); }
+  const Reactor* operator->() const noexcept { return get(); }
+
+private:
+  static constexpr std::size_t kBytes = 768, kAlign = 64;
+  alignas(kAlign) std::byte bytes_[kBytes];
+  bool made_ = false;
+};
+
 /// The backend a runtime uses and why ("requested", or why not io_uring).
 struct IoBackendChoice {
   IoBackend backend;
@@ -194,9 +252,9 @@ struct IoBackendChoice {
 /// start, or an unknown name, is a UsageError naming why.
 IoBackendChoice choose_io_backend(IoBackend requested);
 
-/// A reactor of `backend` for the calling thread (its owner). `pool` runs
-/// the epoll backend's blocking work. Throws std::runtime_error naming what
-/// the kernel refused.
-std::unique_ptr<Reactor> make_reactor(IoBackend backend, BlockingPool& pool);
+/// Builds a reactor of `backend` in `slot` for the calling thread (its
+/// owner). `pool` runs the epoll backend's blocking work. Throws
+/// std::runtime_error naming what the kernel refused.
+void make_reactor(ReactorSlot& slot, IoBackend backend, BlockingPool& pool);
 
 } // namespace coresched::detail

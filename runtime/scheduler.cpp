@@ -401,6 +401,7 @@ unsigned Scheduler::steal_for(Worker& thief, const Pick& p, Fiber** out) {
 Ticker::Seen Scheduler::tick(unsigned units) {
   ticks_.store(ticks_.load(std::memory_order_relaxed) + units, std::memory_order_relaxed); // only the ticker writes it
   Ticker::Seen seen;
+  const std::uint64_t now = now_ns();
   for (auto& wp : workers_) {
     Worker& w = *wp;
     const bool busy = w.busy.load(std::memory_order_relaxed);
@@ -431,12 +432,12 @@ Ticker::Seen Scheduler::tick(unsigned units) {
     const bool queue_needs_tick = w.core().queued_hint() > 0 && !sibling_waits && (sw == w.tick_seen || idle_hint());
     // (A fiber that waits for the next tick to preempt the runner is one.)
     const bool wake_waits = w.sibling().wake_waits.load(std::memory_order_relaxed);
-    seen.waiting |= queue_needs_tick || wake_waits || w.io_wants_ticks();
+    seen.waiting |= queue_needs_tick || wake_waits || w.io_wants_ticks(now);
     // A busy worker collects its I/O and timer completions, and submits the
     // SQEs it deferred, only at scheduling points: ask for one as soon as it
     // has either (the fallback, at whatever period the ticker runs; and the
     // only way where the ring cannot flag completions).
-    if (w.io_needs_attention()) w.sibling().ask_preempt();
+    if (w.io_needs_attention(now)) w.sibling().ask_preempt();
     // A fiber woken by a completion its runner collected as it started
     // (Arrival::collected) preempts it now, a tick later.
     if (wake_waits) {

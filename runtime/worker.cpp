@@ -36,7 +36,7 @@ void watch_worker(Worker* w) noexcept {
 
 void watch_ring(Worker& w, bool ask_back) noexcept {
   if (ask_back) tls_watch.io_flags = &kAskBackFlags;
-  else tls_watch.io_flags = w.reactor().flags_completions() ? w.reactor().kernel_flags() : &kNoIoFlags;
+  else tls_watch.io_flags = w.io_watch_word();
 }
 
 bool watching_for_ask_back() noexcept { return tls_watch.io_flags == &kAskBackFlags; }
@@ -128,13 +128,14 @@ void Worker::thread_main() {
   san::adopt_thread(idle_ctx_);
   bind_to_cpu();
   try {
-    io_ = make_reactor(sched_.io_backend(), sched_.blocking_pool());
+    make_reactor(io_, sched_.io_backend(), sched_.blocking_pool());
   } catch (const std::exception& e) {
     init_error_ = e.what();
     ready_.store(-1, std::memory_order_release);
     return;
   }
   sibling().ring.store(io_.get(), std::memory_order_release);
+  io_watch_word_ = io_->flags_completions() ? io_->kernel_flags() : &kNoIoFlags;
   watch_worker(this); // (the ring's flags exist from here)
   log().debug("worker {} started on CPU {} (core {}, sibling {}), I/O {}", pu_.index, pu_.cpu, pu_.core,
               sibling_, io_->describe());

@@ -108,7 +108,11 @@ public:
   AffineGrace& steal_grace() noexcept { return steal_grace_; }
   /// This worker's reactor: its I/O, timers and sleep (use only on this
   /// worker's thread, once it has started).
-  Reactor& reactor() noexcept { return *io_; }
+  Reactor& reactor() noexcept { return *io_.get(); }
+  /// The word preempt_point() watches for this worker's completions: the
+  /// reactor's flags word, or one that stays zero where it raises none
+  /// (cached: read at every switch).
+  const unsigned* io_watch_word() const noexcept { return io_watch_word_; }
 
   /// No fiber waits to run here (this worker's thread; its core's count is a hint).
   bool nothing_queued() const noexcept { return local_.empty() && core_.queued_hint() == 0; }
@@ -215,16 +219,18 @@ public:
       trace_->record({now_ns(), 0, f.id, f.cookie, to, TraceKind::wakeup});
   }
 
-  /// Any thread: this worker has I/O completions to collect or SQEs to submit.
-  bool io_needs_attention() const noexcept {
+  /// Any thread: this worker has I/O completions to collect or SQEs to
+  /// submit, or (epoll) has not looked at its waits for a while.
+  bool io_needs_attention(std::uint64_t now) const noexcept {
     const Reactor* r = sib_->ring.load(std::memory_order_acquire);
-    return r && r->needs_attention();
+    return r && r->overdue(now);
   }
-  /// Whether this worker's completions need the ticker (any thread): they
-  /// do only where its ring cannot flag them to preempt_point().
-  bool io_wants_ticks() const noexcept {
+  /// Whether this worker's completions need the ticker (any thread): only
+  /// where its reactor cannot flag them to preempt_point(); an epoll worker
+  /// only while it does not look by itself.
+  bool io_wants_ticks(std::uint64_t now) const noexcept {
     const Reactor* r = sib_->ring.load(std::memory_order_acquire);
-    return r && r->inflight() > 0 && !r->flags_completions();
+    return r && r->inflight() > 0 && !r->flags_completions() && (r->pokes_ticker() || r->overdue(now));
   }
 
   /// Adds this worker's statistics to the snapshot.
@@ -312,7 +318,8 @@ private:
   std::uint64_t next_id_ = 0, id_end_ = 0; // this worker's block of fiber ids
   void reserve_fiber_ids() noexcept;
   std::thread thread_;
-  std::unique_ptr<Reactor> io_; // made in the worker's thread (a DEFER_TASKRUN ring is waited on by its creator only)
+  ReactorSlot io_; // built in the worker's thread (a DEFER_TASKRUN ring is waited on by its creator only)
+  const unsigned* io_watch_word_ = nullptr;
   std::vector<Fiber*> io_done_; // scratch: fibers whose I/O completed
   bool stop_cancelled_ = false; // in-flight I/O was cancelled for shutdown
   std::atomic<int> ready_{0};   // 1 running, -1 failed (init_error_ says why)
@@ -334,7 +341,7 @@ private:
   /// the ticker no longer looks for them. One that blocks first submits them
   /// with its own I/O. Through the watch's ring word, not the preempt flag:
   /// the fiber is not asked to yield, and nobody else's request is cleared.
-  void ask_back_for_io() noexcept { watch_ring(*this, io_->deferring()); }
+  void ask_back_for_io() noexcept { watch_ring(*this, io_->deferring() && io_->asks_back()); }
   void spill_local_locked();
 
   Fiber idle_ctx_;
