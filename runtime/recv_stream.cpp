@@ -70,7 +70,7 @@ struct Buffers {
 struct State : IoOp {
   int fd = -1;
   bool readiness = false;           // the epoll backend: next() is a recv into `copy`
-  std::vector<std::byte> copy;
+  std::span<std::byte> copy;        // mapped, as the io_uring buffers are (freed at once, not to a heap)
   io::Cancellation stop;            // cancel() under the epoll backend
   std::size_t buf_size = 0;
   unsigned nbufs = 0;
@@ -246,6 +246,7 @@ Worker& require_fiber(const char* what) {
 void release(State* s) noexcept {
   if (!s) return;
   if (s->readiness) { // nothing outside the stream refers to it
+    if (!s->copy.empty()) ::munmap(s->copy.data(), s->copy.size());
     delete s;
     return;
   }
@@ -284,7 +285,10 @@ RecvStream::RecvStream(int fd, std::size_t buffer_size, unsigned buffers) {
   s->nbufs = n;
   if (w.reactor().backend() == IoBackend::epoll) {
     s->readiness = true;
-    s->copy.resize(buffer_size);
+    void* m = ::mmap(nullptr, buffer_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+      throw std::system_error(ENOMEM, std::system_category(), "coresched::io::RecvStream: mapping its buffer");
+    s->copy = {static_cast<std::byte*>(m), buffer_size};
     state_ = s.release();
     return;
   }
