@@ -62,7 +62,6 @@ std::uint32_t cookie_weight(std::uint64_t cookie) noexcept {
   return e ? e->weight.load(std::memory_order_relaxed) : kDefaultWeight;
 }
 
-
 void set_cookie_weight(std::uint64_t cookie, std::uint32_t weight) {
   Registry& r = registry();
   {
@@ -100,22 +99,16 @@ Cookie Cookie::create(std::string_view name, std::uint32_t weight) {
     if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f)
       throw UsageError("coresched: a cookie's name may not hold control characters");
   const Cookie c = create();
-  if (name.empty() && weight == kDefaultWeight) return c;
-  detail::Registry& r = detail::registry();
-  {
+  if (!name.empty()) {
+    detail::Registry& r = detail::registry();
     std::unique_lock lk(r.mu);
     detail::Entry& e = r.get(c.value());
-    if (!name.empty()) {
-      e.name = std::make_unique<char[]>(name.size() + 1);
-      name.copy(e.name.get(), name.size());
-      e.name[name.size()] = '\0';
-    }
-    if (weight != kDefaultWeight) {
-      e.weight.store(weight, std::memory_order_relaxed);
-      r.any_weight.store(true, std::memory_order_release);
-    }
+    e.name = std::make_unique<char[]>(name.size() + 1);
+    name.copy(e.name.get(), name.size());
+    e.name[name.size()] = '\0';
   }
-  if (weight != kDefaultWeight) detail::g_weights_generation.fetch_add(1, std::memory_order_acq_rel);
+  // No fiber can carry the cookie yet, so its weight need not appear with its name.
+  if (weight != kDefaultWeight) detail::set_cookie_weight(c.value(), weight);
   return c;
 }
 

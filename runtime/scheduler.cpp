@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "scheduler.hpp"
 
+#include "cookie_registry.hpp"
 #include "kernel_cookie.hpp"
 #include "log.hpp"
 #include "stack_guard.hpp"
@@ -499,7 +500,7 @@ void Scheduler::check_stall(Worker& w) {
   w.stall_reported = true;
   w.stalls.fetch_add(1, std::memory_order_relaxed);
   log().warn("stall: fiber {} (cookie {}) has run {} ms on worker {} (CPU {}) without a preemption point",
-             w.running_id.load(std::memory_order_relaxed), w.sibling().running.load(std::memory_order_relaxed),
+             w.running_id.load(std::memory_order_relaxed), cookie_label(w.sibling().running.load(std::memory_order_relaxed)),
              ran / 1'000'000, w.index(), w.pu().cpu);
 }
 

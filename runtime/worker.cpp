@@ -2,6 +2,7 @@
 #include "worker.hpp"
 
 #include "clock.hpp"
+#include "cookie_registry.hpp"
 #include "fiber_vtime.hpp"
 #include "hwloc_handle.hpp"
 #include "log.hpp"
@@ -204,7 +205,7 @@ void Worker::check_isolation([[maybe_unused]] const Fiber* f) {
   if (core_.sibling_conflict(sibling_, f->cookie)) {
     sched_.isolation_violations.fetch_add(1, std::memory_order_relaxed);
     log().error("isolation violation: core {} sibling {} runs cookie {} beside another cookie", core_.index(),
-                sibling_, f->cookie);
+                sibling_, cookie_label(f->cookie));
   }
 #endif
 }

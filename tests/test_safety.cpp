@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Stack overflow reports and stall reports.
 #include "test_support.hpp"
+#include "log.hpp"
 
 #include <coresched/coresched.hpp>
 
@@ -11,6 +12,8 @@
 #include <cstdint>
 #include <fcntl.h>
 #include <regex>
+#include <spdlog/sinks/ostream_sink.h>
+#include <sstream>
 #include <string>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -110,11 +113,21 @@ std::uint64_t total_stalls(const Stats& s) {
 } // namespace
 
 TEST_CASE("a fiber that runs past the stall threshold without a preemption point is reported", "[safety]") {
-  Options o = topo("core:1 pu:1");
-  o.stall_threshold = std::chrono::milliseconds(20);
-  Runtime rt(o);
-  rt.spawn([] { busy_for(std::chrono::milliseconds(150), false); }).join();
-  CHECK(total_stalls(rt.stats()) == 1); // reported once per run, not once per tick
+  // The report names the tenant: the cookie's number and name.
+  std::ostringstream logged;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(logged);
+  detail::log().sinks().push_back(sink);
+  const Cookie batch = Cookie::create("batch");
+  {
+    Options o = topo("core:1 pu:1");
+    o.stall_threshold = std::chrono::milliseconds(20);
+    Runtime rt(o);
+    rt.spawn([] { busy_for(std::chrono::milliseconds(150), false); }, SpawnOptions{.cookie = batch}).join();
+    CHECK(total_stalls(rt.stats()) == 1); // reported once per run, not once per tick
+  }
+  detail::log().sinks().pop_back(); // the runtime's threads are gone
+  INFO(logged.str());
+  CHECK(logged.str().find("(cookie " + batch.label() + ")") != std::string::npos);
 }
 
 TEST_CASE("a fiber that reaches preemption points is not reported as a stall", "[safety]") {
