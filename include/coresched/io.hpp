@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file io.hpp
-/// Fiber-blocking I/O on the worker's io_uring. Each call suspends the calling
-/// fiber (never its worker) until the kernel completes the operation. Errors
+/// Fiber-blocking I/O on the worker's I/O backend (io_uring, or epoll where
+/// io_uring is forbidden: Options::io_backend). Each call suspends the calling
+/// fiber (never its worker) until the operation completes. Errors
 /// come back as values: a bad or closed fd is an error code, never a crash or
 /// a hang. These are fiber-only calls (UsageError on a plain thread).
 

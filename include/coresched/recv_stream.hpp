@@ -5,7 +5,9 @@
 /// buffers the kernel picks from a ring the stream owns. Where io::recv()
 /// submits a request (and, when no data is there yet, arms a poll) for every
 /// message, a RecvStream submits once, and each message that arrives is a
-/// completion with no system call of its own.
+/// completion with no system call of its own. On the epoll backend a stream
+/// is one buffer of `buffer_size` bytes and next() a recv into it: the same
+/// results, one copy.
 
 #include <coresched/io.hpp>
 
