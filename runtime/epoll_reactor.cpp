@@ -15,6 +15,7 @@
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace coresched::detail {
@@ -29,11 +30,17 @@ int as_result(ssize_t rc) { return rc >= 0 ? static_cast<int>(rc) : neg_errno();
 
 bool would_block(int result) { return result == -EAGAIN || result == -EWOULDBLOCK; }
 
-// Runs `fn` with O_NONBLOCK set on `fd` if it was not: accept and connect
-// have no per-call flag for it. The flag is the open file's, so a thread
-// blocked in accept(2) on the same socket at that instant could see EAGAIN;
-// the window is two system calls long.
+// Runs `fn` with O_NONBLOCK set on `fd` if it was not: accept, connect and
+// files that take no RWF_NOWAIT have no per-call flag for it. The flag is the
+// open file's, so one lock for the process serializes reading, setting and
+// restoring it: two workers on one blocking listener must not see each
+// other's setting (the second would call with the flag it saw, then blocking
+// again, and block its worker in the kernel). A plain thread blocked in
+// accept(2) on the same socket in that window could still see EAGAIN.
+std::mutex g_nonblocking_mu;
+
 template <class Fn> int nonblocking(int fd, Fn fn) {
+  const std::lock_guard lk(g_nonblocking_mu);
   const int fl = ::fcntl(fd, F_GETFL);
   if (fl < 0) return neg_errno();
   if (fl & O_NONBLOCK) return fn();
@@ -41,6 +48,14 @@ template <class Fn> int nonblocking(int fd, Fn fn) {
   const int result = fn();
   ::fcntl(fd, F_SETFL, fl);
   return result;
+}
+
+// Regular files, block devices and directories: epoll cannot wait for them
+// and they never say EAGAIN without RWF_NOWAIT, so what would block there
+// goes to the pool.
+bool is_file(int fd) {
+  struct stat st;
+  return ::fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode) || S_ISDIR(st.st_mode));
 }
 
 timespec to_timespec(std::uint64_t ns) {
@@ -134,9 +149,23 @@ EpollReactor::Next EpollReactor::attempt(IoOp* op) {
     const iovec* iov = r.iov ? r.iov : &one;
     const int n = r.iov ? static_cast<int>(r.iovcnt) : 1;
     res = as_result(in ? ::preadv2(r.fd, iov, n, r.offset, RWF_NOWAIT) : ::pwritev2(r.fd, iov, n, r.offset, RWF_NOWAIT));
+    if (res == -EOPNOTSUPP || res == -EINVAL) {
+      // The file takes no RWF_NOWAIT (a tty, a pipe or socket on an older
+      // kernel): a file goes to the pool, anything else is tried with
+      // O_NONBLOCK and waits for readiness, where a cancel or timeout reaches it.
+      if (is_file(r.fd)) return Next::offload;
+      res = nonblocking(r.fd, [&] {
+        if (r.offset < 0) return as_result(in ? ::readv(r.fd, iov, n) : ::writev(r.fd, iov, n));
+        return as_result(in ? ::preadv(r.fd, iov, n, r.offset) : ::pwritev(r.fd, iov, n, r.offset));
+      });
+    }
     if (would_block(res)) return in ? Next::wait_in : Next::wait_out;
-    if (res == -EOPNOTSUPP || res == -EINVAL) return Next::offload;
-    if (r.kind == IoKind::read && res >= 0 && static_cast<unsigned>(res) < r.len) fds_[r.fd].drained = true;
+    if (r.kind == IoKind::read && res > 0 && static_cast<unsigned>(res) < r.len) {
+      // Part of a file cached: a read of a file is whole up to its end, as
+      // read(2) and io_uring give it, so the rest goes to the pool.
+      if (rest_of_file(op, res)) return Next::offload;
+      fds_[r.fd].drained = true;
+    }
     break;
   }
   case IoKind::accept:
@@ -153,6 +182,9 @@ EpollReactor::Next EpollReactor::attempt(IoOp* op) {
         return Next::wait_out;
       }
     } else {
+      // Tried again for another op's event on this fd: still connecting.
+      pollfd p{r.fd, POLLOUT, 0};
+      if (::poll(&p, 1, 0) == 0) return Next::wait_out;
       int err = 0;
       socklen_t len = sizeof(err);
       res = ::getsockopt(r.fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 ? neg_errno() : -err;
@@ -168,6 +200,7 @@ EpollReactor::Next EpollReactor::attempt(IoOp* op) {
   }
   case IoKind::close:
     res = ::close(r.fd) == 0 ? 0 : neg_errno();
+    if (res == 0) drop_fd(r.fd);
     break;
   case IoKind::fsync:
   case IoKind::openat:
@@ -177,6 +210,33 @@ EpollReactor::Next EpollReactor::attempt(IoOp* op) {
   }
   op->result = res;
   return Next::done;
+}
+
+bool EpollReactor::rest_of_file(IoOp* op, int got) {
+  IoRequest& r = op->req;
+  struct stat st;
+  if (::fstat(r.fd, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  const off_t pos = r.offset >= 0 ? static_cast<off_t>(r.offset) + got : ::lseek(r.fd, 0, SEEK_CUR);
+  if (pos < 0 || pos >= st.st_size) return false; // the end of the file: a short read is right
+  op->carried += got;
+  r.buf = static_cast<std::byte*>(r.buf) + got;
+  r.len -= static_cast<unsigned>(got);
+  if (r.offset >= 0) r.offset += got; // (-1: the file position has moved already)
+  return true;
+}
+
+void EpollReactor::drop_fd(int fd) {
+  const auto it = fds_.find(fd);
+  if (it == fds_.end()) return;
+  for (IoOp* o = it->second.head; o;) {
+    IoOp* next = o->next_waiter;
+    o->next_waiter = nullptr;
+    --fd_waiters_;
+    if (o->heap_index >= 0) timer_remove(o);
+    end_later(o, -EBADF); // io::close of an fd other fibers wait on
+    o = next;
+  }
+  fds_.erase(it);
 }
 
 int EpollReactor::run_blocking(const IoRequest& r) {
@@ -219,6 +279,9 @@ bool EpollReactor::start(IoOp* op, std::optional<std::chrono::nanoseconds> timeo
 }
 
 void EpollReactor::finish(IoOp* op, int result, std::vector<Fiber*>& done) {
+  // What a read of a file got before its rest went to the pool counts, also
+  // when the rest failed or was cancelled.
+  if (op->carried > 0) result = result >= 0 ? op->carried + result : op->carried;
   op->result = result;
   if (op->heap_index >= 0) timer_remove(op);
   untrack(op);
@@ -238,11 +301,18 @@ bool EpollReactor::withdraw(IoOp* op) {
 }
 
 void EpollReactor::cancel_one(IoOp* op) {
-  // A cancelled op is finished at the next reap, through cancelled_.
-  if (!withdraw(op)) return;
+  // A cancelled op is finished at the next reap, through cancelled_. It may
+  // be asked twice before then (Cancellation::cancel and shutdown, or two
+  // cancel() calls): once there, it must not be queued, and its fiber woken,
+  // a second time.
+  if (op->pending == 0 || !withdraw(op)) return;
   if (op->heap_index >= 0) timer_remove(op);
-  op->result = -ECANCELED;
-  op->expires_ns = 0;
+  end_later(op, -ECANCELED);
+}
+
+void EpollReactor::end_later(IoOp* op, int result) {
+  op->result = result;
+  op->pending = 0;
   cancelled_.push_back(op);
 }
 
@@ -259,10 +329,26 @@ void EpollReactor::wait_on_fd(IoOp* op, unsigned events) {
   op->next_waiter = w.head;
   w.head = op;
   ++fd_waiters_;
-  arm(op->req.fd, w);
+  arm(op->req.fd, w, op);
 }
 
-void EpollReactor::arm(int fd, FdWait& w) {
+void EpollReactor::end_waiters_but(FdWait& w, IoOp* keep, int result) {
+  IoOp** p = &w.head;
+  while (*p) {
+    IoOp* o = *p;
+    if (o == keep) {
+      p = &o->next_waiter;
+      continue;
+    }
+    *p = o->next_waiter;
+    o->next_waiter = nullptr;
+    --fd_waiters_;
+    if (o->heap_index >= 0) timer_remove(o);
+    end_later(o, result);
+  }
+}
+
+void EpollReactor::arm(int fd, FdWait& w, IoOp* newest) {
   unsigned want = 0;
   for (IoOp* o = w.head; o; o = o->next_waiter) want |= o->req.events & (EPOLLIN | EPOLLOUT | EPOLLPRI | EPOLLRDHUP);
   if (!want) want = EPOLLIN;
@@ -273,9 +359,16 @@ void EpollReactor::arm(int fd, FdWait& w) {
   // closed fd's registration vanishes with it, and its number's next file
   // is a new one. Every wait re-arms, so neither case can leave a waiter.
   int rc = ::epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev);
-  if (rc < 0 && errno == ENOENT) rc = ::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
+  if (rc < 0 && errno == ENOENT) {
+    // Registered before and gone now: the file the older waiters waited on
+    // was closed (::close behind the runtime's back); the number is another
+    // file's, whose data is not theirs.
+    if (w.registered) end_waiters_but(w, newest, -EBADF);
+    rc = ::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
+  }
   if (rc == 0) {
     w.armed = want;
+    w.registered = true;
     return;
   }
   // EPERM: a regular file or directory, which epoll cannot wait for (it is
@@ -292,8 +385,7 @@ void EpollReactor::arm(int fd, FdWait& w) {
       offload(o);
     } else {
       if (o->heap_index >= 0) timer_remove(o);
-      o->result = -err;
-      cancelled_.push_back(o);
+      end_later(o, -err);
     }
     o = next;
   }
@@ -338,7 +430,7 @@ void EpollReactor::on_ready(int fd, std::vector<Fiber*>& done) {
       ++fd_waiters_;
     }
   }
-  if (w.head) arm(fd, w);
+  if (w.head) arm(fd, w, nullptr);
 }
 
 // ---------------------------------------------------------------- offloading
@@ -452,7 +544,7 @@ bool EpollReactor::poll(std::uint64_t ns, std::vector<Fiber*>& done) {
     n = ::epoll_pwait2(epfd_, events, 64, &ts, nullptr);
   }
   last_poll_ns_ = now_ns();
-  bool woken = false;
+  bool woken = n < 0 && errno == EINTR; // a signal: woken, as io_uring's wait says it, not timed out
   for (int i = 0; i < n; ++i) {
     if (events[i].data.u64 == kWakeTag) {
       std::uint64_t v;
@@ -467,18 +559,24 @@ bool EpollReactor::poll(std::uint64_t ns, std::vector<Fiber*>& done) {
 
 void EpollReactor::collect(std::vector<Fiber*>& done) {
   drain_remote();
+  collect_ended(done);
+  collect_offloaded(done);
+}
+
+void EpollReactor::collect_ended(std::vector<Fiber*>& done) {
   for (IoOp* op : cancelled_) {
+    if (op->carried > 0) op->result = op->carried; // (see finish)
     untrack(op);
     done.push_back(op->fiber);
   }
   cancelled_.clear();
-  collect_offloaded(done);
 }
 
 void EpollReactor::reap(std::vector<Fiber*>& done, bool submit_now) {
   collect(done);
   if (fd_waiters_ > 0 && (submit_now || now_ns() - last_poll_ns_ >= kMaxPollGapNs)) poll(0, done);
   if (!heap_.empty()) expire(now_ns(), done);
+  collect_ended(done); // a re-arm that failed in the poll
   note_unpolled();
 }
 
@@ -488,9 +586,15 @@ void EpollReactor::reap(std::vector<Fiber*>& done, bool submit_now) {
 // worker then looks before it runs a fiber that ran out its slice
 // (Worker::before_run) and at that fiber's first preemption point
 // (Worker::ask_back_for_io), and the ticker asks a busy worker to look.
+// The time from which something may have waited unseen: fd events since the
+// last poll, a timer from when it is due, the pool's results from now (they
+// come at any time), ops ended meanwhile at once.
 void EpollReactor::note_unpolled() noexcept {
-  const bool waiting = fd_waiters_ > 0 || !heap_.empty();
-  deferred_since_.store(waiting ? (last_poll_ns_ | 1) : 0, std::memory_order_relaxed);
+  std::uint64_t since = UINT64_MAX;
+  if (fd_waiters_ > 0) since = last_poll_ns_;
+  if (!heap_.empty()) since = std::min(since, heap_.front()->expires_ns);
+  if (!offloaded_.empty() || !cancelled_.empty()) since = std::min(since, now_ns());
+  deferred_since_.store(since == UINT64_MAX ? 0 : (since | 1), std::memory_order_relaxed);
 }
 
 bool EpollReactor::wait_for(std::vector<Fiber*>& done, std::uint64_t ns) {

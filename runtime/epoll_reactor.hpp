@@ -64,11 +64,20 @@ private:
   struct FdWait {
     IoOp* head = nullptr;
     unsigned armed = 0;
-    bool drained = false; // its last read was short, and no event came since
+    bool registered = false; // added to the epoll set (and not known to be gone)
+    bool drained = false;    // its last read was short, and no event came since
   };
   bool skip_try(const IoRequest& r) const;
   void wait_on_fd(IoOp* op, unsigned events);
-  void arm(int fd, FdWait& w);
+  /// (Re-)arms `fd` for its waiters; `newest` just joined them (null: none).
+  void arm(int fd, FdWait& w, IoOp* newest);
+  /// Ends every waiter of `w` but `keep` with `result`.
+  void end_waiters_but(FdWait& w, IoOp* keep, int result);
+  /// io::close(fd): its waiters end with EBADF, its entry goes.
+  void drop_fd(int fd);
+  /// A read of a regular file got `got` bytes of more, before its end:
+  /// true, with the request moved on to the rest (for the pool).
+  bool rest_of_file(IoOp* op, int got);
   bool unlink_from_fd(IoOp* op);
   void on_ready(int fd, std::vector<Fiber*>& done);
 
@@ -87,11 +96,16 @@ private:
   void sift_down(std::size_t i);
   void expire(std::uint64_t now, std::vector<Fiber*>& done);
 
+  /// Ends `op` with `result` at the next reap (its timer and fd wait are
+  /// gone already); op->pending 0 marks it ended.
+  void end_later(IoOp* op, int result);
   /// Ends `op` with `result` (timer and fd wait removed) and wakes its fiber.
   void finish(IoOp* op, int result, std::vector<Fiber*>& done);
   void note_unpolled() noexcept;
   /// Collects cancellations, posted work and offloaded results.
   void collect(std::vector<Fiber*>& done);
+  /// Wakes the fibers of ops ended by end_later().
+  void collect_ended(std::vector<Fiber*>& done);
   /// Polls epoll for at most `ns` (0: do not block; UINT64_MAX: until an event).
   bool poll(std::uint64_t ns, std::vector<Fiber*>& done);
 

@@ -66,6 +66,7 @@ struct IoOp {
   bool timed_out = false;
   std::uint64_t seq = 0;  // unique per reactor, so a late cancel cannot hit a reused stack slot
   IoRequest req;
+  std::int32_t carried = 0; // epoll: bytes a file read got before its rest went to the pool
   /// io_uring only. Set for a multishot request: called on the owner thread
   /// for each of its CQEs (`last`: the kernel ended the request, no
   /// IORING_CQE_F_MORE) instead of waking `fiber`; it appends to `done` the
@@ -153,7 +154,8 @@ public:
   bool overdue(std::uint64_t now) const noexcept {
     if (__atomic_load_n(attention_word_, __ATOMIC_RELAXED) & attention_mask_) return true;
     const std::uint64_t since = deferred_since_.load(std::memory_order_relaxed);
-    return since != 0 && now - since >= overdue_after_ns_;
+    // (`now` may be older than `since`: the ticker read its clock first.)
+    return since != 0 && (overdue_after_ns_ == 0 || (now > since && now - since >= overdue_after_ns_));
   }
   /// Whether submissions are being held back for a batch (any thread).
   bool deferring() const noexcept { return deferred_since_.load(std::memory_order_relaxed) != 0; }

@@ -145,22 +145,24 @@ TEST_CASE("epoll: an fd closed behind the runtime's back and its number reused s
   auto reader = rt.spawn([&] {
     std::byte b[1];
     const auto first = io::read(a[0], b); // waits: nothing written yet
-    ::close(a[0]);
-    ::close(a[1]);
+    ::close(a[0]);                        // (the write end is the test's: it closes it after the join)
     int c[2];
     if (::pipe(c) != 0) return std::string("pipe failed");
     if (c[0] != number) return std::string("the number was not reused; the test shows nothing");
-    std::thread([w = c[1]] {
+    std::thread writer([w = c[1]] {
       std::this_thread::sleep_for(20ms);
       [[maybe_unused]] auto n = ::write(w, "y", 1);
-    }).detach();
+      ::close(w);
+    });
     const auto second = io::read(c[0], b, -1, {.timeout = 2s});
+    writer.join(); // it has written: at most a moment
     ::close(c[0]);
     return std::string(first.value == 1 && second.value == 1 ? "ok" : "second read: " + second.error.message());
   });
   std::this_thread::sleep_for(20ms); // the reader waits in the runtime meanwhile
   [[maybe_unused]] auto n = ::write(a[1], "x", 1);
   CHECK(reader.join() == "ok");
+  ::close(a[1]);
 }
 
 TEST_CASE("epoll: two fibers accepting on one blocking listener never block their worker", "[io]") {
@@ -219,4 +221,99 @@ TEST_CASE("epoll: two fibers accepting on one blocking listener never block thei
   ::close(c1);
   ::close(c2);
   ::close(ls);
+}
+
+TEST_CASE("an operation cancelled twice at once, or cancelled as the runtime shuts down, ends once", "[io]") {
+  // Both requests reach the worker in one pass: the second must find the
+  // operation ended already, not end it (and wake its fiber) again.
+  for (const IoBackend b : backends()) {
+    INFO("backend " << to_string(b));
+    for (int i = 0; i < 100; ++i) {
+      Options o = topo("core:1 pu:1");
+      o.io_backend = b;
+      Runtime rt(o);
+      int sv[2];
+      REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+      io::Cancellation c;
+      std::atomic<bool> waiting{false};
+      auto reader = rt.spawn([&] {
+        std::byte buf[8];
+        waiting = true;
+        return io::recv(sv[0], buf, 0, {.cancel = &c});
+      });
+      while (!waiting) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      c.cancel();
+      if (i % 2) c.cancel();
+      else rt.shutdown();
+      const io::Result r = reader.join();
+      CHECK(r.error == std::make_error_code(std::errc::operation_canceled));
+      ::close(sv[0]);
+      ::close(sv[1]);
+    }
+  }
+}
+
+TEST_CASE("epoll: a read of a file that takes no RWF_NOWAIT (a terminal) keeps its timeout", "[io]") {
+  // A pty takes no RWF_NOWAIT: such a read waits for readiness with
+  // O_NONBLOCK, where a timeout reaches it. Done the blocking way on the pool
+  // it could be neither timed out nor cancelled, and would wait for data.
+  Options o = topo("core:1 pu:1");
+  o.io_backend = IoBackend::epoll;
+  Runtime rt(o);
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  REQUIRE(master >= 0);
+  REQUIRE(::grantpt(master) == 0);
+  REQUIRE(::unlockpt(master) == 0);
+  const int slave = ::open(::ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+  REQUIRE(slave >= 0);
+  const auto t0 = Clock::now();
+  const io::Result r = rt.spawn([&] {
+    std::byte buf[16];
+    return io::read(slave, buf, -1, {.timeout = 50ms});
+  }).join();
+  const auto took = Clock::now() - t0;
+  CHECK(r.error == std::make_error_code(std::errc::timed_out));
+  CHECK(took < 2s);
+  ::close(slave);
+  ::close(master);
+}
+
+TEST_CASE("epoll: a waiter on an fd closed behind the runtime's back does not get the next file's data", "[io]") {
+  // Fiber A waits on socket N; the application closes N with ::close; a new
+  // socket gets N and fiber C waits on it. A's file is gone: A ends with
+  // EBADF (io_uring would leave it waiting on the closed file), and the new
+  // socket's data goes to C alone.
+  Options o = topo("core:1 pu:1");
+  o.io_backend = IoBackend::epoll;
+  Runtime rt(o);
+  int a[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a) == 0);
+  std::atomic<bool> a_waits{false};
+  auto first = rt.spawn([&] {
+    std::byte buf[8];
+    a_waits = true;
+    return io::recv(a[0], buf, 0, {.timeout = 5s});
+  });
+  while (!a_waits) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(10ms);
+  const int number = a[0];
+  ::close(a[0]);
+  int b[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b) == 0);
+  if (b[0] != number) std::swap(b[0], b[1]);
+  REQUIRE(b[0] == number);
+  auto second = rt.spawn([&] {
+    char buf[8] = {};
+    const auto r = io::recv(b[0], std::as_writable_bytes(std::span(buf)), 0, {.timeout = 5s});
+    return r ? std::string(buf, static_cast<std::size_t>(r.value)) : r.error.message();
+  });
+  std::this_thread::sleep_for(10ms);
+  REQUIRE(::write(b[1], "new", 3) == 3);
+  CHECK(second.join() == "new");
+  const io::Result old = first.join();
+  CHECK(old.error == std::error_code(EBADF, std::system_category()));
+  ::close(a[1]);
+  ::close(b[0]);
+  ::close(b[1]);
 }
