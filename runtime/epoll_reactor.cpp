@@ -468,57 +468,16 @@ void EpollReactor::collect_offloaded(std::vector<Fiber*>& done) {
 
 // ---------------------------------------------------------------- timers
 
-void EpollReactor::heap_swap(std::size_t a, std::size_t b) {
-  std::swap(heap_[a], heap_[b]);
-  heap_[a]->heap_index = static_cast<int>(a);
-  heap_[b]->heap_index = static_cast<int>(b);
-}
-
-void EpollReactor::sift_up(std::size_t i) {
-  while (i > 0) {
-    const std::size_t parent = (i - 1) / 2;
-    if (heap_[parent]->expires_ns <= heap_[i]->expires_ns) return;
-    heap_swap(i, parent);
-    i = parent;
-  }
-}
-
-void EpollReactor::sift_down(std::size_t i) {
-  for (;;) {
-    std::size_t least = i;
-    for (std::size_t c = 2 * i + 1; c <= 2 * i + 2 && c < heap_.size(); ++c)
-      if (heap_[c]->expires_ns < heap_[least]->expires_ns) least = c;
-    if (least == i) return;
-    heap_swap(i, least);
-    i = least;
-  }
-}
-
 void EpollReactor::timer_add(IoOp* op, std::uint64_t at) {
   op->expires_ns = at;
-  op->heap_index = static_cast<int>(heap_.size());
-  heap_.push_back(op);
-  sift_up(heap_.size() - 1);
+  timers_.push(op);
 }
 
-void EpollReactor::timer_remove(IoOp* op) {
-  const auto i = static_cast<std::size_t>(op->heap_index);
-  op->heap_index = -1;
-  const std::size_t last = heap_.size() - 1;
-  if (i != last) {
-    heap_[i] = heap_[last];
-    heap_[i]->heap_index = static_cast<int>(i);
-  }
-  heap_.pop_back();
-  if (i < heap_.size()) {
-    sift_down(i);
-    sift_up(i);
-  }
-}
+void EpollReactor::timer_remove(IoOp* op) { timers_.remove(op); }
 
 void EpollReactor::expire(std::uint64_t now, std::vector<Fiber*>& done) {
-  while (!heap_.empty() && heap_.front()->expires_ns <= now) {
-    IoOp* op = heap_.front();
+  while (!timers_.empty() && timers_.top()->expires_ns <= now) {
+    IoOp* op = timers_.top();
     timer_remove(op);
     if (op->req.kind == IoKind::sleep) {
       finish(op, -ETIME, done);
@@ -575,7 +534,7 @@ void EpollReactor::collect_ended(std::vector<Fiber*>& done) {
 void EpollReactor::reap(std::vector<Fiber*>& done, bool submit_now) {
   collect(done);
   if (fd_waiters_ > 0 && (submit_now || now_ns() - last_poll_ns_ >= kMaxPollGapNs)) poll(0, done);
-  if (!heap_.empty()) expire(now_ns(), done);
+  if (!timers_.empty()) expire(now_ns(), done);
   collect_ended(done); // a re-arm that failed in the poll
   note_unpolled();
 }
@@ -592,7 +551,7 @@ void EpollReactor::reap(std::vector<Fiber*>& done, bool submit_now) {
 void EpollReactor::note_unpolled() noexcept {
   std::uint64_t since = UINT64_MAX;
   if (fd_waiters_ > 0) since = last_poll_ns_;
-  if (!heap_.empty()) since = std::min(since, heap_.front()->expires_ns);
+  if (!timers_.empty()) since = std::min(since, timers_.top()->expires_ns);
   if (!offloaded_.empty() || !cancelled_.empty()) since = std::min(since, now_ns());
   deferred_since_.store(since == UINT64_MAX ? 0 : (since | 1), std::memory_order_relaxed);
 }
@@ -601,15 +560,15 @@ bool EpollReactor::wait_for(std::vector<Fiber*>& done, std::uint64_t ns) {
   const std::size_t before = done.size();
   collect(done);
   std::uint64_t sleep = ns;
-  if (!heap_.empty()) {
-    const std::uint64_t now = now_ns(), at = heap_.front()->expires_ns;
+  if (!timers_.empty()) {
+    const std::uint64_t now = now_ns(), at = timers_.top()->expires_ns;
     sleep = std::min(sleep, at > now ? at - now : 0);
   }
   // Whatever another thread queues after collect() wakes the poll (it
   // writes the eventfd after queuing).
   const bool event = poll(done.size() > before ? 0 : sleep, done);
   collect(done);
-  if (!heap_.empty()) expire(now_ns(), done);
+  if (!timers_.empty()) expire(now_ns(), done);
   note_unpolled();
   return !event && done.size() == before && sleep == ns;
 }

@@ -13,6 +13,7 @@
 // the worker's epoll_pwait2 sleeps towards; an eventfd wakes it.
 #pragma once
 
+#include "indexed_heap.hpp"
 #include "reactor.hpp"
 
 #include <memory>
@@ -88,12 +89,9 @@ private:
   void offload(IoOp* op);
   void collect_offloaded(std::vector<Fiber*>& done);
 
-  // Timers: a binary heap of ops by expires_ns, each op knowing its index.
+  // Timers: ops by expires_ns.
   void timer_add(IoOp* op, std::uint64_t at);
   void timer_remove(IoOp* op);
-  void heap_swap(std::size_t a, std::size_t b);
-  void sift_up(std::size_t i);
-  void sift_down(std::size_t i);
   void expire(std::uint64_t now, std::vector<Fiber*>& done);
 
   /// Ends `op` with `result` at the next reap (its timer and fd wait are
@@ -116,7 +114,7 @@ private:
   std::uint64_t last_poll_ns_ = 0;
   unsigned fd_waiters_ = 0;
   std::unordered_map<int, FdWait> fds_;
-  std::vector<IoOp*> heap_;
+  IndexedHeap<IoOp, &IoOp::expires_ns, &IoOp::heap_index> timers_;
   std::vector<IoOp*> cancelled_; // ended by cancel_one() or a failed arm(): woken at the next reap
   std::unordered_map<IoOp*, std::shared_ptr<Offload>> offloaded_;
   std::shared_ptr<Inbox> inbox_;
