@@ -7,6 +7,8 @@
 #pragma once
 
 #include <atomic>
+#include <cerrno>
+#include <ctime>
 #include <cstdint>
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -17,6 +19,15 @@ namespace coresched::detail {
 /// Blocks while *word == expected (spurious returns possible: re-check).
 inline void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected) noexcept {
   syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
+}
+
+/// As futex_wait, until the absolute CLOCK_MONOTONIC time `deadline_ns`;
+/// false once it has passed.
+inline bool futex_wait_until(std::atomic<std::uint32_t>& word, std::uint32_t expected, std::uint64_t deadline_ns) noexcept {
+  const timespec ts{static_cast<time_t>(deadline_ns / 1000000000), static_cast<long>(deadline_ns % 1000000000)};
+  const long r = syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_BITSET_PRIVATE, expected, &ts,
+                         nullptr, FUTEX_BITSET_MATCH_ANY);
+  return !(r == -1 && errno == ETIMEDOUT);
 }
 
 /// Wakes up to `n` threads blocked on `word`.

@@ -34,6 +34,7 @@
 
 #include <coresched/join_handle.hpp>
 #include <coresched/recv_stream.hpp>
+#include <coresched/sync.hpp>
 
 #include <bit>
 #include <cerrno>
@@ -331,18 +332,54 @@ void RecvStream::cancel() noexcept {
   // Armed but not yet submitted: arm() sees `cancelled`. Not armed: next() does.
 }
 
-Result RecvStream::next(std::span<const std::byte>& data) {
+namespace detail_stream {
+namespace {
+// A next() with a deadline: the runtime's deadline timer takes the parked
+// consumer back from the stream (as on_cqe would) and wakes it.
+struct NextDeadline {
+  detail::Deadline d; // first: fire() gets its address
+  State* s;
+  Fiber* fiber;
+  bool fired = false;
+  static void fire(detail::Deadline* d) noexcept {
+    auto* t = reinterpret_cast<NextDeadline*>(d);
+    t->s->lock.lock();
+    const bool mine = t->s->waiter == t->fiber;
+    if (mine) {
+      t->s->waiter = nullptr;
+      t->fired = true;
+    }
+    t->s->lock.unlock();
+    if (mine) detail::wake_fiber(t->fiber);
+  }
+};
+} // namespace
+} // namespace detail_stream
+
+Result RecvStream::next(std::span<const std::byte>& data) { return next_until(data, detail::kNever); }
+
+Result RecvStream::next(std::span<const std::byte>& data, std::chrono::nanoseconds timeout) {
+  return next_until(data, detail::deadline_after(timeout));
+}
+
+Result RecvStream::next_until(std::span<const std::byte>& data, std::uint64_t deadline_ns) {
   data = {};
   Worker* w = &detail_stream::require_fiber("next() called");
   if (!state_) throw UsageError("coresched::io::RecvStream: next() on an empty (moved-from) stream");
   State& s = *state_;
   if (s.ended) return s.end;
   if (s.readiness) {
-    const Result r = io::recv(s.fd, s.copy, 0, {.cancel = &s.stop});
+    OpOptions o{.cancel = &s.stop};
+    if (deadline_ns != detail::kNever) {
+      const std::uint64_t now = detail::steady_now_ns();
+      o.timeout = std::chrono::nanoseconds(deadline_ns > now ? deadline_ns - now : 0);
+    }
+    const Result r = io::recv(s.fd, s.copy, 0, o);
     if (r.ok() && r.value > 0) {
       data = {s.copy.data(), static_cast<std::size_t>(r.value)};
       return r;
     }
+    if (r.error == std::errc::timed_out) return r; // the stream goes on
     s.ended = true;
     s.end = r;
     return r;
@@ -384,12 +421,26 @@ Result RecvStream::next(std::span<const std::byte>& data) {
       detail_stream::arm(s);
       continue;
     }
+    if (deadline_ns != detail::kNever && deadline_ns <= detail::steady_now_ns()) {
+      s.lock.unlock();
+      return {0, std::make_error_code(std::errc::timed_out)};
+    }
     Fiber* self = w->running();
     self->state.store(detail::FiberState::parking, std::memory_order_release);
     s.waiter = self; // on_cqe wakes it; a wake before the switch is remembered
     s.lock.unlock();
+    detail_stream::NextDeadline timer{{}, &s, self};
+    detail::DeadlineTimer* deadlines = nullptr;
+    if (deadline_ns != detail::kNever) {
+      deadlines = &w->scheduler().deadlines();
+      timer.d.at_ns = deadline_ns;
+      timer.d.fire = &detail_stream::NextDeadline::fire;
+      deadlines->arm(&timer.d);
+    }
     w->park({.kind = detail::WaitKind::io, .what = "RecvStream::next", .arg = s.fd});
     w = Worker::current(); // perhaps another worker now
+    if (deadlines) deadlines->disarm(&timer.d);
+    if (timer.fired) return {0, std::make_error_code(std::errc::timed_out)};
   }
 }
 

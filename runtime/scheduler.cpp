@@ -535,6 +535,7 @@ void Scheduler::shutdown() {
   shut_down_ = true;
   stopping_.store(true, std::memory_order_seq_cst); // before live_fibers() reads the counts (see spawn)
   wake_all_workers(); // each cancels its in-flight I/O: sleeping fibers wake now
+  deadlines_.expire_all(); // and timed sync waits end, timed out
   while (live_fibers() > 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
   exiting_.store(true, std::memory_order_release);
   wake_all_workers();

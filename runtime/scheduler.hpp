@@ -7,6 +7,7 @@
 #include "blocking_pool.hpp"
 #include "core_claim.hpp"
 #include "core_coordinator.hpp"
+#include "deadline_timer.hpp"
 #include "fiber.hpp"
 #include "placement.hpp"
 #include "reactor.hpp"
@@ -64,6 +65,8 @@ public:
   /// `out` (up to kStealBatch, half the victim's queue); returns how many.
   unsigned steal_for(Worker& thief, const Pick& p, Fiber** out);
   bool stopping() const noexcept { return stopping_.load(std::memory_order_acquire); }
+  /// Where the fibers' timed sync waits keep their deadlines.
+  DeadlineTimer& deadlines() noexcept { return deadlines_; }
   /// Fibers spawned and not yet finished (exact once nothing can spawn).
   std::uint64_t live_fibers() const noexcept;
   /// Fibers of this runtime that have finished so far.
@@ -166,6 +169,7 @@ private:
   std::unique_ptr<PlacementIndex> placement_;
   std::vector<std::vector<unsigned>> steal_order_;     // per worker: other cores, nearest first
   std::unique_ptr<Ticker> ticker_;
+  DeadlineTimer deadlines_;
   std::uint64_t stall_ns_ = 0; // Options::stall_threshold; 0 = off
   std::uint64_t slice_ns_ = 0;
   bool handover_spin_ = false;

@@ -49,15 +49,22 @@ template <class C> void step(std::atomic<C>& count, C delta, detail::SyncLock& l
   detail::WaitQueue::wake_all(all);
 }
 
+// Waits for zero until `deadline_ns` (kNever and no `st`: the plain wait);
+// true at zero.
 template <class C>
-void wait_for_zero(const std::atomic<C>& count, detail::SyncLock& lk, detail::WaitQueue& q, const char* what) {
-  if (count.load(std::memory_order_acquire) == 0) return;
+bool wait_for_zero(const std::atomic<C>& count, detail::SyncLock& lk, detail::WaitQueue& q, const char* what,
+                   std::uint64_t deadline_ns = detail::kNever, const std::stop_token* st = nullptr) {
+  if (count.load(std::memory_order_acquire) == 0) return true;
   lk.lock();
   if (count.load(std::memory_order_acquire) == 0) {
     lk.unlock();
-    return;
+    return true;
   }
-  q.wait(lk, nullptr, nullptr, nullptr, what);
+  if (deadline_ns == detail::kNever && !st) {
+    q.wait(lk, nullptr, nullptr, nullptr, what);
+    return true;
+  }
+  return q.wait_until(lk, deadline_ns, st, nullptr, nullptr, nullptr, what) == detail::WaitOutcome::notified;
 }
 } // namespace
 
@@ -67,6 +74,10 @@ void WaitGroup::add(std::int64_t delta) {
 }
 
 void WaitGroup::wait() { wait_for_zero(count_, lk_, q_, "WaitGroup"); }
+
+bool WaitGroup::wait_until_ns(std::uint64_t deadline_ns, const std::stop_token& st) {
+  return wait_for_zero(count_, lk_, q_, "WaitGroup", deadline_ns, st.stop_possible() ? &st : nullptr);
+}
 
 Latch::Latch(std::ptrdiff_t expected) : count_(expected) {
   if (expected < 0) throw UsageError("coresched: a Latch cannot expect a negative count");
@@ -79,5 +90,9 @@ void Latch::count_down(std::ptrdiff_t n) {
 }
 
 void Latch::wait() { wait_for_zero(count_, lk_, q_, "Latch"); }
+
+bool Latch::wait_until_ns(std::uint64_t deadline_ns, const std::stop_token& st) {
+  return wait_for_zero(count_, lk_, q_, "Latch", deadline_ns, st.stop_possible() ? &st : nullptr);
+}
 
 } // namespace coresched

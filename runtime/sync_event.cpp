@@ -30,4 +30,15 @@ void Event::wait() {
   q_.wait(lk_, nullptr, nullptr, nullptr, "Event"); // set() released us; a reset() since then does not matter
 }
 
+bool Event::wait_until_ns(std::uint64_t deadline_ns, const std::stop_token& st) {
+  if (set_.load(std::memory_order_acquire)) return true;
+  lk_.lock();
+  if (set_.load(std::memory_order_relaxed)) {
+    lk_.unlock();
+    return true;
+  }
+  return q_.wait_until(lk_, deadline_ns, st.stop_possible() ? &st : nullptr, nullptr, nullptr, nullptr, "Event") ==
+         detail::WaitOutcome::notified;
+}
+
 } // namespace coresched

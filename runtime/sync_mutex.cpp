@@ -46,6 +46,36 @@ void Mutex::lock_slow() {
   q_.wait(lk_, nullptr, nullptr, nullptr, "Mutex"); // returns owning the mutex: unlock_slow() handed it over
 }
 
+// As lock_slow(), queueing with a deadline and without the spin (a timed
+// lock is a slow path). A waiter that times out leaves the queue; if it was
+// the last one, kQueued goes too, so the holder's unlock takes the fast path
+// again. (Only code under lk_ changes a word that has kQueued set.)
+bool Mutex::lock_until(std::uint64_t deadline_ns) {
+  lk_.lock();
+  std::uint32_t s = state_.load(std::memory_order_relaxed);
+  for (;;) {
+    if (!(s & kLocked)) {
+      if (state_.compare_exchange_weak(s, s | kLocked, std::memory_order_acquire, std::memory_order_relaxed)) {
+        lk_.unlock();
+        return true;
+      }
+      continue;
+    }
+    if ((s & kQueued) ||
+        state_.compare_exchange_weak(s, s | kQueued, std::memory_order_relaxed, std::memory_order_relaxed))
+      break;
+  }
+  if (q_.wait_until(lk_, deadline_ns, nullptr, nullptr, nullptr, nullptr, "Mutex") == detail::WaitOutcome::notified)
+    return true; // unlock_slow() handed it over
+  lk_.lock();
+  if (q_.empty()) {
+    std::uint32_t queued = kLocked | kQueued;
+    state_.compare_exchange_strong(queued, kLocked, std::memory_order_relaxed);
+  }
+  lk_.unlock();
+  return false;
+}
+
 void Mutex::unlock_slow() noexcept {
   lk_.lock();
   detail::Waiter* w = q_.pop();
@@ -60,6 +90,17 @@ void ConditionVariable::wait(Mutex& m) {
   // Queued before `m` is released, so a notify by whoever takes `m` next finds us.
   q_.wait(lk_, nullptr, [](void* mu) { static_cast<Mutex*>(mu)->unlock(); }, &m, "ConditionVariable");
   m.lock();
+}
+
+detail::WaitOutcome ConditionVariable::wait_until_ns(std::unique_lock<Mutex>& lk, std::uint64_t deadline_ns,
+                                                    const std::stop_token& st) {
+  if (!lk.owns_lock()) throw UsageError("coresched: ConditionVariable::wait on a unique_lock that is not locked");
+  Mutex& m = *lk.mutex();
+  lk_.lock();
+  const auto outcome = q_.wait_until(lk_, deadline_ns, st.stop_possible() ? &st : nullptr, nullptr,
+                                     [](void* mu) { static_cast<Mutex*>(mu)->unlock(); }, &m, "ConditionVariable");
+  m.lock();
+  return outcome;
 }
 
 void ConditionVariable::notify_one() noexcept {

@@ -23,6 +23,18 @@ void Semaphore::acquire() {
   q_.wait(lk_, nullptr, nullptr, nullptr, "Semaphore"); // release() handed us a unit
 }
 
+bool Semaphore::acquire_until(std::uint64_t deadline_ns, const std::stop_token& st) {
+  lk_.lock();
+  if (try_acquire()) {
+    lk_.unlock();
+    return true;
+  }
+  // release() hands a unit to a waiter only by dequeuing it, so one that
+  // times out has taken nothing.
+  return q_.wait_until(lk_, deadline_ns, st.stop_possible() ? &st : nullptr, nullptr, nullptr, nullptr,
+                       "Semaphore") == detail::WaitOutcome::notified;
+}
+
 void Semaphore::release(std::ptrdiff_t n) {
   if (n < 0) throw UsageError("coresched: Semaphore::release with a negative count");
   if (n == 0) return;

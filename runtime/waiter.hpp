@@ -19,6 +19,8 @@
 #include "futex.hpp"
 #include "worker.hpp"
 
+#include <coresched/sync.hpp>
+
 #include <atomic>
 #include <cassert>
 #include <cstdint>
@@ -32,6 +34,7 @@ struct Waiter {
   const char* what = nullptr;   // the primitive's name and address, for the fiber dump
   const void* object = nullptr;
   std::atomic<std::uint32_t> woken{0}; // 0 waiting, 1 notified, 2 a thread sleeps on it
+  WaitOutcome outcome = WaitOutcome::notified; // set under the primitive's lock by whoever dequeues it
 
   /// Under the primitive's lock, before the waiter becomes visible.
   void prepare() noexcept {
@@ -56,6 +59,18 @@ struct Waiter {
       futex_wait(woken, 2);
       s = woken.load(std::memory_order_acquire);
     }
+  }
+
+  /// Threads only: as block(), until `deadline_ns` (CLOCK_MONOTONIC); false
+  /// if it passed first (the waiter may still be queued, or being notified).
+  bool block_until(std::uint64_t deadline_ns) noexcept {
+    std::uint32_t s = 0;
+    if (woken.compare_exchange_strong(s, 2, std::memory_order_acquire)) s = 2;
+    while (s != 1) {
+      if (!futex_wait_until(woken, 2, deadline_ns)) return woken.load(std::memory_order_acquire) == 1;
+      s = woken.load(std::memory_order_acquire);
+    }
+    return true;
   }
 
   /// After the waker took it off the queue and released the lock. The

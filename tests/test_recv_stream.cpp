@@ -199,6 +199,38 @@ TEST_CASE("RecvStream::cancel from a plain thread ends a waiting next()", "[io][
   CHECK(again == std::errc::operation_canceled);
 }
 
+TEST_CASE("RecvStream::next with a timeout: timed_out, never early, and the stream goes on", "[io][recv_stream][timed]") {
+  Runtime rt(topo("core:2 pu:1"));
+  SocketPair sp;
+  rt.spawn([&] {
+    io::RecvStream s(sp.fd[0]);
+    std::span<const std::byte> d;
+    for (const auto timeout : {3ms, 1ms}) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const io::Result r = s.next(d, timeout);
+      CHECK(std::chrono::steady_clock::now() - t0 >= timeout);
+      CHECK(r.error == std::errc::timed_out);
+      CHECK(d.empty());
+    }
+    CHECK(s.next(d, -1s).error == std::errc::timed_out); // nothing there now
+    REQUIRE(io::send(sp.fd[1], std::as_bytes(std::span("abc", 3))).value == 3);
+    const io::Result r = s.next(d, 10s);
+    REQUIRE(r.ok());
+    CHECK(r.value == 3);
+    CHECK(std::memcmp(d.data(), "abc", 3) == 0);
+    // Data sent while a timed next() waits ends it at once.
+    auto writer = rt.spawn([&] {
+      this_fiber::sleep_for(2ms);
+      (void)io::send(sp.fd[1], std::as_bytes(std::span("z", 1)));
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    const io::Result z = s.next(d, 1h);
+    CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+    CHECK(z.value == 1);
+    writer.join();
+  }).join();
+}
+
 TEST_CASE("a RecvStream reports the peer's close as 0, and again after", "[io][recv_stream]") {
   Runtime rt(topo("core:1 pu:1"));
   SocketPair sp;

@@ -11,6 +11,7 @@
 
 #include <coresched/io.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <span>
 
@@ -64,12 +65,18 @@ public:
   /// ended and every later call returns the same. UsageError outside a fiber
   /// or on an empty stream.
   Result next(std::span<const std::byte>& data);
+  /// As next(), waiting at most `timeout` (zero or negative: only what is
+  /// there now; a huge one saturates):
+  /// timed_out if no data came in that time. The stream goes on: what
+  /// arrives later is for the next call.
+  Result next(std::span<const std::byte>& data, std::chrono::nanoseconds timeout);
 
   /// Any thread: ends the stream; a next() waiting now or later returns
   /// operation_canceled (data already received is delivered first).
   void cancel() noexcept;
 
 private:
+  Result next_until(std::span<const std::byte>& data, std::uint64_t deadline_ns);
   detail_stream::State* state_ = nullptr;
 };
 

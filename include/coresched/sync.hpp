@@ -10,16 +10,30 @@
 /// holds: there are no spurious wake-ups. Waiters are served in FIFO order.
 /// None of the types may be copied or moved, and none may be destroyed while
 /// someone still waits on it.
+///
+/// Every wait also comes timed (`*_for`, `*_until`, the standard library's
+/// names and results) and with a std::stop_token. A timed wait never returns
+/// early; one whose time runs out, or whose token is stopped, leaves the
+/// queue as if it had never come (what a racing release or send hands out
+/// goes to the next waiter; nothing is lost). A stopped wait returns the
+/// not-ready result (false, std::nullopt, std::cv_status::timeout) with
+/// `st.stop_requested()` true; a stop token with no stop source never stops.
+/// Negative or huge durations saturate; a time in the past still takes what
+/// is ready now. When the runtime shuts down, its fibers' timed waits end at
+/// once, timed out.
 
 #include <coresched/join_handle.hpp> // UsageError
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable> // std::cv_status
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -31,6 +45,43 @@ namespace coresched {
 namespace detail {
 
 struct Waiter; // a suspended fiber or blocked thread; defined in the runtime
+
+/// How a wait ended.
+enum class WaitOutcome : std::uint8_t { notified, timed_out, stopped };
+
+/// No deadline.
+inline constexpr std::uint64_t kNever = UINT64_MAX;
+
+/// The steady clock now, in nanoseconds since its epoch (CLOCK_MONOTONIC).
+inline std::uint64_t steady_now_ns() noexcept {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+/// `from + d` in nanoseconds, rounded up (a wait is never early), saturated
+/// at kNever; a negative `d` gives `from`.
+template <class Rep, class Period>
+std::uint64_t add_saturated(std::uint64_t from, const std::chrono::duration<Rep, Period>& d) noexcept {
+  if (!(d > d.zero())) return from; // also a NaN
+  const long double ns = std::chrono::duration<long double, std::nano>(d).count();
+  const long double room = static_cast<long double>(kNever - from);
+  if (!(ns < room)) return kNever;
+  const auto whole = static_cast<std::uint64_t>(ns);
+  return from + whole + (static_cast<long double>(whole) < ns ? 1 : 0);
+}
+
+/// The deadline `d` from now.
+template <class Rep, class Period> std::uint64_t deadline_after(const std::chrono::duration<Rep, Period>& d) noexcept {
+  return add_saturated(steady_now_ns(), d);
+}
+
+/// The deadline at `t`: exact for the steady clock; another clock's time
+/// point is turned into a duration from its now.
+template <class Clock, class Duration>
+std::uint64_t deadline_at(const std::chrono::time_point<Clock, Duration>& t) noexcept {
+  if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>) return add_saturated(0, t.time_since_epoch());
+  else return deadline_after(t - Clock::now());
+}
 
 /// A test-and-test-and-set lock over a primitive's few words. Never held
 /// across a suspension; spins briefly, then yields the thread.
@@ -68,6 +119,14 @@ public:
   /// `what` names the primitive in a fiber dump (Runtime::dump).
   void wait(SyncLock& lock, void* slot = nullptr, void (*after_unlock)(void*) = nullptr, void* arg = nullptr,
             const char* what = "a sync primitive");
+  /// As wait(), but gives up at `deadline_ns` (steady clock; kNever: never)
+  /// or when `stop` (may be null) is stopped, and says which ended it. A
+  /// waiter that gives up has left the queue.
+  WaitOutcome wait_until(SyncLock& lock, std::uint64_t deadline_ns, const std::stop_token* stop, void* slot = nullptr,
+                         void (*after_unlock)(void*) = nullptr, void* arg = nullptr,
+                         const char* what = "a sync primitive");
+  /// Call with the lock held: takes `w` out of the queue; false if it is not in it.
+  bool unlink(Waiter* w) noexcept;
   /// Call with the lock held: removes and returns the oldest waiter, or null.
   Waiter* pop() noexcept;
   /// Call with the lock held: removes every waiter; returns them as a chain for wake_all().
@@ -80,8 +139,31 @@ public:
   static void wake_all(Waiter* chain) noexcept;
 
 private:
+  void push(Waiter* w, void* slot, const char* what) noexcept; // at the tail, prepared to park
   Waiter* head_ = nullptr;
   Waiter* tail_ = nullptr;
+};
+
+/// The stoppable and timed forms of a primitive's wait(), for the
+/// primitives whose wait has no result of its own (Event, WaitGroup, Latch):
+/// each returns whether the condition holds. `Derived` provides
+/// `bool wait_until_ns(std::uint64_t deadline_ns, const std::stop_token&)`.
+template <class Derived> class TimedWaits {
+public:
+  /// Waits until the condition holds or `st` is stopped; true if it holds.
+  bool wait(std::stop_token st) { return self().wait_until_ns(kNever, st); }
+  /// Waits at most `d` (and while `st` is not stopped); true if the condition holds.
+  template <class Rep, class Period> bool wait_for(const std::chrono::duration<Rep, Period>& d, std::stop_token st = {}) {
+    return self().wait_until_ns(deadline_after(d), st);
+  }
+  /// Waits until `t` at the latest (and while `st` is not stopped); true if the condition holds.
+  template <class Clock, class Duration>
+  bool wait_until(const std::chrono::time_point<Clock, Duration>& t, std::stop_token st = {}) {
+    return self().wait_until_ns(deadline_at(t), st);
+  }
+
+private:
+  Derived& self() noexcept { return static_cast<Derived&>(*this); }
 };
 
 } // namespace detail
@@ -109,6 +191,15 @@ public:
     return state_.load(std::memory_order_relaxed) == 0 &&
            state_.compare_exchange_strong(s, kLocked, std::memory_order_acquire);
   }
+  /// Acquires the lock, waiting at most `d`; false if it was not acquired
+  /// in that time (then nothing changed).
+  template <class Rep, class Period> bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
+    return try_lock() || lock_until(detail::deadline_after(d));
+  }
+  /// Acquires the lock, waiting until `t` at the latest; false if it was not acquired.
+  template <class Clock, class Duration> bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
+    return try_lock() || lock_until(detail::deadline_at(t));
+  }
   /// Releases the lock, handing it to the oldest waiter if there is one.
   void unlock() noexcept {
     std::uint32_t s = kLocked;
@@ -118,6 +209,7 @@ public:
 private:
   static constexpr std::uint32_t kLocked = 1, kQueued = 2;
   void lock_slow();
+  bool lock_until(std::uint64_t deadline_ns);
   void unlock_slow() noexcept;
   std::atomic<std::uint32_t> state_{0}; // kLocked | kQueued; never kQueued alone
   detail::SyncLock lk_;
@@ -151,18 +243,55 @@ public:
   template <class Pred> void wait(std::unique_lock<Mutex>& lk, Pred pred) {
     while (!pred()) wait(lk);
   }
+  /// As wait(lk), giving up at `t`: std::cv_status::timeout if no notify
+  /// came by then. `lk`'s mutex is locked again either way.
+  template <class Clock, class Duration>
+  std::cv_status wait_until(std::unique_lock<Mutex>& lk, const std::chrono::time_point<Clock, Duration>& t) {
+    return wait_until_ns(lk, detail::deadline_at(t), {}) == detail::WaitOutcome::notified ? std::cv_status::no_timeout
+                                                                                          : std::cv_status::timeout;
+  }
+  /// As wait_until(lk, t), for at most `d`.
+  template <class Rep, class Period>
+  std::cv_status wait_for(std::unique_lock<Mutex>& lk, const std::chrono::duration<Rep, Period>& d) {
+    return wait_until_ns(lk, detail::deadline_after(d), {}) == detail::WaitOutcome::notified ? std::cv_status::no_timeout
+                                                                                             : std::cv_status::timeout;
+  }
+  /// Waits until `pred()` holds, `t` passes or `st` is stopped; returns pred().
+  template <class Clock, class Duration, class Pred>
+  bool wait_until(std::unique_lock<Mutex>& lk, const std::chrono::time_point<Clock, Duration>& t, Pred pred,
+                  std::stop_token st = {}) {
+    return wait_pred(lk, detail::deadline_at(t), st, pred);
+  }
+  /// Waits until `pred()` holds, `d` passes or `st` is stopped; returns pred().
+  template <class Rep, class Period, class Pred>
+  bool wait_for(std::unique_lock<Mutex>& lk, const std::chrono::duration<Rep, Period>& d, Pred pred,
+                std::stop_token st = {}) {
+    return wait_pred(lk, detail::deadline_after(d), st, pred);
+  }
+  /// Waits until `pred()` holds or `st` is stopped; returns pred() (as
+  /// std::condition_variable_any::wait with a stop token).
+  template <class Pred> bool wait(std::unique_lock<Mutex>& lk, std::stop_token st, Pred pred) {
+    return wait_pred(lk, detail::kNever, st, pred);
+  }
   /// Wakes the oldest waiter, if any.
   void notify_one() noexcept;
   /// Wakes every waiter.
   void notify_all() noexcept;
 
 private:
+  detail::WaitOutcome wait_until_ns(std::unique_lock<Mutex>& lk, std::uint64_t deadline_ns, const std::stop_token& st);
+  template <class Pred>
+  bool wait_pred(std::unique_lock<Mutex>& lk, std::uint64_t deadline_ns, const std::stop_token& st, Pred& pred) {
+    while (!pred())
+      if (wait_until_ns(lk, deadline_ns, st) != detail::WaitOutcome::notified) return pred();
+    return true;
+  }
   detail::SyncLock lk_;
   detail::WaitQueue q_;
 };
 
 /// A manual-reset event: once set(), every wait() returns at once until reset().
-class Event {
+class Event : public detail::TimedWaits<Event> {
 public:
   /// Creates the event cleared (or set).
   explicit Event(bool initially_set = false) noexcept : set_(initially_set) {}
@@ -179,10 +308,15 @@ public:
   void reset() noexcept;
   /// Waits until the event is set.
   void wait();
+  /// Also wait(std::stop_token), wait_for(d, st) and wait_until(t, st):
+  /// true if the event is set.
+  using detail::TimedWaits<Event>::wait;
   /// Whether the event is set now.
   bool is_set() const noexcept { return set_.load(std::memory_order_acquire); }
 
 private:
+  friend class detail::TimedWaits<Event>;
+  bool wait_until_ns(std::uint64_t deadline_ns, const std::stop_token& st);
   std::atomic<bool> set_;
   detail::SyncLock lk_;
   detail::WaitQueue q_;
@@ -210,6 +344,18 @@ public:
       if (count_.compare_exchange_weak(c, c - 1, std::memory_order_acquire, std::memory_order_relaxed)) return true;
     return false;
   }
+  /// Takes one unit unless `st` is stopped first; true if it took one.
+  bool acquire(std::stop_token st) { return try_acquire() || acquire_until(detail::kNever, st); }
+  /// Takes one unit, waiting at most `d` (and while `st` is not stopped); true if it took one.
+  template <class Rep, class Period>
+  bool try_acquire_for(const std::chrono::duration<Rep, Period>& d, std::stop_token st = {}) {
+    return try_acquire() || acquire_until(detail::deadline_after(d), st);
+  }
+  /// Takes one unit, waiting until `t` at the latest (and while `st` is not stopped); true if it took one.
+  template <class Clock, class Duration>
+  bool try_acquire_until(const std::chrono::time_point<Clock, Duration>& t, std::stop_token st = {}) {
+    return try_acquire() || acquire_until(detail::deadline_at(t), st);
+  }
   /// Adds `n` units (>= 0), waking up to `n` waiters.
   /// @throws UsageError if `n` is negative, or if the count would pass
   /// PTRDIFF_MAX (the count is left unchanged).
@@ -218,6 +364,7 @@ public:
   std::ptrdiff_t available() const noexcept { return count_.load(std::memory_order_relaxed); }
 
 private:
+  bool acquire_until(std::uint64_t deadline_ns, const std::stop_token& st);
   std::atomic<std::ptrdiff_t> count_; // never > 0 while someone waits
   detail::SyncLock lk_;
   detail::WaitQueue q_;
@@ -229,7 +376,7 @@ private:
 /// and the waiter's other stack variables must not share its line (1M
 /// detached spawns counting down a WaitGroup on the spawner's stack: the
 /// spawner's own writes beside it took 13 % of the workers' time).
-class alignas(64) WaitGroup {
+class alignas(64) WaitGroup : public detail::TimedWaits<WaitGroup> {
 public:
   /// Creates a wait group with a count of zero.
   WaitGroup() noexcept = default;
@@ -249,10 +396,14 @@ public:
   void done() { add(-1); }
   /// Waits until the count is zero.
   void wait();
+  /// Also wait(std::stop_token), wait_for(d, st) and wait_until(t, st): true at zero.
+  using detail::TimedWaits<WaitGroup>::wait;
   /// The count now (a snapshot).
   std::int64_t count() const noexcept { return count_.load(std::memory_order_relaxed); }
 
 private:
+  friend class detail::TimedWaits<WaitGroup>;
+  bool wait_until_ns(std::uint64_t deadline_ns, const std::stop_token& st);
   std::atomic<std::int64_t> count_{0};
   detail::SyncLock lk_;
   detail::WaitQueue q_;
@@ -260,7 +411,7 @@ private:
 
 /// A single-use countdown, like std::latch: waits return once the count reaches zero.
 /// A cache line of its own, as WaitGroup.
-class alignas(64) Latch {
+class alignas(64) Latch : public detail::TimedWaits<Latch> {
 public:
   /// Creates the latch with `expected` arrivals to wait for (>= 0).
   /// @throws UsageError if `expected` is negative.
@@ -280,6 +431,8 @@ public:
   bool try_wait() const noexcept { return count_.load(std::memory_order_acquire) == 0; }
   /// Waits until the count reaches zero.
   void wait();
+  /// Also wait(std::stop_token), wait_for(d, st) and wait_until(t, st): true at zero.
+  using detail::TimedWaits<Latch>::wait;
   /// count_down(n), then wait().
   void arrive_and_wait(std::ptrdiff_t n = 1) {
     count_down(n);
@@ -287,6 +440,8 @@ public:
   }
 
 private:
+  friend class detail::TimedWaits<Latch>;
+  bool wait_until_ns(std::uint64_t deadline_ns, const std::stop_token& st);
   std::atomic<std::ptrdiff_t> count_;
   detail::SyncLock lk_;
   detail::WaitQueue q_;
@@ -331,27 +486,68 @@ public:
   /// Sends `v`, waiting while the channel is full (unbuffered: until a
   /// receiver takes it). Returns false (and leaves `v` untouched) if the
   /// channel is or becomes closed before it was taken.
-  bool send(T&& v) { return send_impl(v, true); }
+  bool send(T&& v) { return send_impl(v, detail::kNever, {}); }
   /// Sends a copy of `v`; see send(T&&).
   bool send(const T& v) {
     T copy(v);
-    return send_impl(copy, true);
+    return send_impl(copy, detail::kNever, {});
+  }
+  /// As send(T&&), giving up when `st` is stopped; false (and `v`
+  /// untouched) if it was not sent.
+  bool send(T&& v, std::stop_token st) { return send_impl(v, detail::kNever, st); }
+  /// As send(T&&), waiting at most `d` (and while `st` is not stopped);
+  /// false (and `v` untouched) if it was not sent.
+  template <class Rep, class Period>
+  bool send_for(T&& v, const std::chrono::duration<Rep, Period>& d, std::stop_token st = {}) {
+    return send_impl(v, detail::deadline_after(d) | 1, st);
+  }
+  /// As send(T&&), waiting until `t` at the latest (and while `st` is not
+  /// stopped); false (and `v` untouched) if it was not sent.
+  template <class Clock, class Duration>
+  bool send_until(T&& v, const std::chrono::time_point<Clock, Duration>& t, std::stop_token st = {}) {
+    return send_impl(v, detail::deadline_at(t) | 1, st);
+  }
+  /// Sends a copy of `v`; see send_for(T&&, d, st).
+  template <class Rep, class Period>
+  bool send_for(const T& v, const std::chrono::duration<Rep, Period>& d, std::stop_token st = {}) {
+    T copy(v);
+    return send_impl(copy, detail::deadline_after(d) | 1, st);
+  }
+  /// Sends a copy of `v`; see send_until(T&&, t, st).
+  template <class Clock, class Duration>
+  bool send_until(const T& v, const std::chrono::time_point<Clock, Duration>& t, std::stop_token st = {}) {
+    T copy(v);
+    return send_impl(copy, detail::deadline_at(t) | 1, st);
   }
   /// Sends `v` only if that needs no wait. Returns false (and leaves `v`
   /// untouched) if the channel is full or closed (unbuffered: unless a
   /// receiver is waiting).
-  bool try_send(T&& v) { return send_impl(v, false); }
+  bool try_send(T&& v) { return send_impl(v, kTry, {}); }
   /// Sends a copy of `v` only if that needs no wait; see try_send(T&&).
   bool try_send(const T& v) {
     T copy(v);
-    return send_impl(copy, false);
+    return send_impl(copy, kTry, {});
   }
   /// Receives the oldest item, waiting while the channel is empty and open.
   /// Returns std::nullopt once the channel is closed and drained.
-  std::optional<T> recv() { return recv_impl(true); }
+  std::optional<T> recv() { return recv_impl(detail::kNever, {}); }
+  /// As recv(), giving up when `st` is stopped (std::nullopt then).
+  std::optional<T> recv(std::stop_token st) { return recv_impl(detail::kNever, st); }
+  /// As recv(), waiting at most `d` (and while `st` is not stopped);
+  /// std::nullopt if nothing came (closed() tells whether it was closed).
+  template <class Rep, class Period>
+  std::optional<T> recv_for(const std::chrono::duration<Rep, Period>& d, std::stop_token st = {}) {
+    return recv_impl(detail::deadline_after(d) | 1, st);
+  }
+  /// As recv(), waiting until `t` at the latest (and while `st` is not
+  /// stopped); std::nullopt if nothing came.
+  template <class Clock, class Duration>
+  std::optional<T> recv_until(const std::chrono::time_point<Clock, Duration>& t, std::stop_token st = {}) {
+    return recv_impl(detail::deadline_at(t) | 1, st);
+  }
   /// Receives the oldest item if one is there now (unbuffered: from a waiting
   /// sender); std::nullopt otherwise.
-  std::optional<T> try_recv() { return recv_impl(false); }
+  std::optional<T> try_recv() { return recv_impl(kTry, {}); }
   /// Closes the channel: waiting senders fail, waiting receivers get
   /// std::nullopt, buffered items can still be received. Idempotent.
   void close() noexcept {
@@ -385,8 +581,18 @@ private:
     T* value;
     bool taken = false;
   };
+  // A deadline of 0 means "do not wait" (the timed calls' deadlines are made
+  // odd, so a time point at the clock's epoch cannot read as a try).
+  static constexpr std::uint64_t kTry = 0;
 
-  bool send_impl(T& v, bool block) {
+  // Waits in `q` until `deadline` (kNever: for ever) or until `st` is
+  // stopped; the untimed wait skips the deadline's bookkeeping.
+  void wait_in(detail::WaitQueue& q, std::uint64_t deadline, const std::stop_token& st, void* slot, const char* what) {
+    if (deadline == detail::kNever && !st.stop_possible()) q.wait(lk_, slot, nullptr, nullptr, what);
+    else q.wait_until(lk_, deadline, st.stop_possible() ? &st : nullptr, slot, nullptr, nullptr, what);
+  }
+
+  bool send_impl(T& v, std::uint64_t deadline, const std::stop_token& st) {
     lk_.lock();
     if (closed_) {
       lk_.unlock();
@@ -404,16 +610,17 @@ private:
       lk_.unlock();
       return true;
     }
-    if (!block) {
+    if (deadline == kTry) {
       lk_.unlock();
       return false;
     }
     SendSlot slot{&v};
-    senders_.wait(lk_, &slot, nullptr, nullptr, "Channel send"); // a receiver takes the value, or close() releases us
+    // A receiver takes the value, or close(), the deadline or `st` releases us.
+    wait_in(senders_, deadline, st, &slot, "Channel send");
     return slot.taken;
   }
 
-  std::optional<T> recv_impl(bool block) {
+  std::optional<T> recv_impl(std::uint64_t deadline, const std::stop_token& st) {
     std::optional<T> out;
     lk_.lock();
     if (size_ > 0) {
@@ -444,11 +651,12 @@ private:
       detail::WaitQueue::wake(s);
       return out;
     }
-    if (closed_ || !block) {
+    if (closed_ || deadline == kTry) {
       lk_.unlock();
       return std::nullopt;
     }
-    receivers_.wait(lk_, &out, nullptr, nullptr, "Channel recv"); // a sender fills `out`, or close() leaves it empty
+    // A sender fills `out`; close(), the deadline or `st` leave it empty.
+    wait_in(receivers_, deadline, st, &out, "Channel recv");
     return out;
   }
 

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <deque>
+#include <stop_token>
 #include <fcntl.h>
 #include <thread>
 #include <unistd.h>
@@ -313,26 +314,16 @@ struct Execution::Impl {
     case OpKind::join_pending:
       if (!pending.empty()) join_front(s, self, pending);
       break;
-    case OpKind::mutex: {
-      const auto k = static_cast<std::size_t>(op.a);
-      at(s, self, __LINE__, [&] { mutexes[k]->lock(); });
-      if (mutex_holder[k].exchange(self + 1) != 0) fail(who(self) + " got mutex " + std::to_string(k) + " while held");
-      for (const Op& in : op.inner) run_simple(s, self, in);
-      mutex_holder[k].store(0);
-      mutexes[k]->unlock();
+    case OpKind::mutex:
+      at(s, self, __LINE__, [&] { mutexes[static_cast<std::size_t>(op.a)]->lock(); });
+      holding_mutex(s, self, op);
       break;
-    }
-    case OpKind::semaphore: {
-      const auto k = static_cast<std::size_t>(op.a);
-      at(s, self, __LINE__, [&] { sems[k]->acquire(); });
-      if (sem_holders[k].fetch_add(1) >= p.semaphore_units[k])
-        fail(who(self) + " got a unit of semaphore " + std::to_string(k) + " beyond its count");
-      for (const Op& in : op.inner) run_simple(s, self, in);
-      sem_holders[k].fetch_sub(1);
-      sems[k]->release();
+    case OpKind::semaphore:
+      at(s, self, __LINE__, [&] { sems[static_cast<std::size_t>(op.a)]->acquire(); });
+      holding_unit(s, self, op);
       break;
-    }
     case OpKind::channel: channel(s, self, op); break;
+    case OpKind::timed_wait: timed_wait(s, self, op); break;
     case OpKind::event: {
       EventCtx ctx(op.a);
       auto h = at(s, self, __LINE__, [&] { return spawn_fiber(op.child, expected_cookie(op.child, &s), &ctx, false); });
@@ -368,6 +359,72 @@ struct Execution::Impl {
       break;
     }
     default: run_simple(s, self, op); break;
+    }
+  }
+
+  // Holding mutex op.a: checks it is ours alone, runs `inner`, unlocks.
+  void holding_mutex(Scope& s, int self, const Op& op) {
+    const auto k = static_cast<std::size_t>(op.a);
+    if (mutex_holder[k].exchange(self + 1) != 0) fail(who(self) + " got mutex " + std::to_string(k) + " while held");
+    for (const Op& in : op.inner) run_simple(s, self, in);
+    mutex_holder[k].store(0);
+    mutexes[k]->unlock();
+  }
+  // Holding a unit of semaphore op.a: checks the count holds, runs `inner`, releases.
+  void holding_unit(Scope& s, int self, const Op& op) {
+    const auto k = static_cast<std::size_t>(op.a);
+    if (sem_holders[k].fetch_add(1) >= p.semaphore_units[k])
+      fail(who(self) + " got a unit of semaphore " + std::to_string(k) + " beyond its count");
+    for (const Op& in : op.inner) run_simple(s, self, in);
+    sem_holders[k].fetch_sub(1);
+    sems[k]->release();
+  }
+
+  // A timed lock or acquire may succeed or time out (holders run simple ops
+  // only, so it ends either way); a wait on what is never ready must time
+  // out, not before its time; a stopped wait must end, stopped.
+  [[gnu::noinline]] void timed_wait(Scope& s, int self, const Op& op) {
+    const auto d = std::chrono::microseconds(op.b);
+    const auto k = static_cast<std::size_t>(op.a);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto early = [&](const char* what) {
+      if (std::chrono::steady_clock::now() - t0 < d)
+        fail(who(self) + ": " + what + " timed out before its " + std::to_string(op.b) + " us");
+    };
+    switch (op.c) {
+    case timed_mutex:
+      if (at(s, self, __LINE__, [&] { return mutexes[k]->try_lock_for(d); })) holding_mutex(s, self, op);
+      else early("Mutex::try_lock_for");
+      break;
+    case timed_semaphore:
+      if (at(s, self, __LINE__, [&] { return sems[k]->try_acquire_for(d); })) holding_unit(s, self, op);
+      else early("Semaphore::try_acquire_for");
+      break;
+    case timed_event: {
+      Event never;
+      if (at(s, self, __LINE__, [&] { return never.wait_for(d); })) fail(who(self) + ": an Event never set was seen set");
+      early("Event::wait_for");
+      break;
+    }
+    case timed_recv: {
+      Channel<int> empty(static_cast<std::size_t>(op.a));
+      if (at(s, self, __LINE__, [&] { return empty.recv_for(d); })) fail(who(self) + ": recv_for on an empty channel got an item");
+      early("Channel::recv_for");
+      break;
+    }
+    case stopped_event: {
+      Event never;
+      std::stop_source src;
+      std::thread stopper([&] {
+        std::this_thread::sleep_for(d);
+        src.request_stop();
+      });
+      const bool set = at(s, self, __LINE__, [&] { return never.wait(src.get_token()); });
+      stopper.join();
+      if (set || !src.stop_requested()) fail(who(self) + ": a stopped Event::wait did not end stopped");
+      break;
+    }
+    default: fail("unknown timed wait kind " + std::to_string(op.c)); break;
     }
   }
 

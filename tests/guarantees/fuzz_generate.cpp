@@ -31,6 +31,7 @@ const char* to_string(OpKind k) noexcept {
   case OpKind::throw_catch: return "throw_catch";
   case OpKind::io_sleep: return "io_sleep";
   case OpKind::set_weight: return "set_weight";
+  case OpKind::timed_wait: return "timed_wait";
   }
   return "?";
 }
@@ -228,6 +229,14 @@ private:
       o.kind = OpKind::latch;
       for (int i = 0, n = 1 + rng_.below(3); i < n && budget_ > 0; ++i)
         o.members.push_back(child(Role::latch_member, JoinMode::now));
+    } else if (pick < 82) {
+      if (!on(f_timed)) return simple();
+      o.kind = OpKind::timed_wait;
+      o.c = rng_.below(kTimedWaitKinds);
+      o.a = o.c == timed_mutex ? rng_.below(p_.mutexes) : rng_.below(static_cast<int>(p_.semaphore_units.size()));
+      o.b = rng_.below(200);
+      if (o.c == timed_mutex || o.c == timed_semaphore)
+        for (int i = 0, n = 1 + rng_.below(3); i < n; ++i) o.inner.push_back(simple());
     } else if (pick < 92) {
       if (!on(f_catch)) return simple();
       o.kind = OpKind::throw_catch;
@@ -268,6 +277,7 @@ constexpr std::pair<const char*, Feature> kFeatures[] = {
     {"channel", f_channel},     {"event", f_event},       {"pipe", f_pipe},         {"wait-group", f_wait_group},
     {"latch", f_latch},         {"io-sleep", f_io_sleep}, {"set-cookie", f_set_cookie}, {"detach", f_detach},
     {"join-now", f_join_now},   {"runtimes", f_runtimes}, {"weights", f_weights},
+    {"timed", f_timed},
 };
 } // namespace
 

@@ -42,7 +42,12 @@ enum class OpKind : std::uint8_t {
   throw_catch,  // throw, suspend in the catch block (b says how; `child` if b is catch_join), check the exception
   io_sleep,     // io::sleep_until(now + a microseconds)
   set_weight,   // Cookie::set_weight(b) on cookie index a (never the untagged one: programs share it)
+  timed_wait,   // c = what (TimedWaitKind), a = mutex/semaphore index, b = microseconds; `inner` runs holding it
 };
+/// Op::c of timed_wait: a timed lock or acquire (either outcome is right),
+/// a timed wait on something never ready (must time out, never early), or a
+/// wait stopped through a std::stop_token by a plain thread.
+enum TimedWaitKind : int { timed_mutex, timed_semaphore, timed_event, timed_recv, stopped_event, kTimedWaitKinds };
 const char* to_string(OpKind k) noexcept;
 
 enum class JoinMode : std::uint8_t { now, later, drop, detach_option, detach_call };
@@ -127,6 +132,7 @@ enum Feature : std::uint32_t {
   f_join_now = 1u << 16,   // joins right after spawn, which may run the child inline (else joined later)
   f_runtimes = 1u << 17,   // a second runtime on cores of its own, fibers spawned across the two
   f_weights = 1u << 18,    // cookies created with weights, and set_weight while fibers run
+  f_timed = 1u << 19,      // timed and stoppable waits
 };
 /// Parses "stack,catch,..." into Feature bits; throws std::invalid_argument naming a bad one.
 std::uint32_t parse_features(const std::string& csv);

@@ -15,6 +15,7 @@
 #include <deque>
 #include <fcntl.h>
 #include <poll.h>
+#include <stop_token>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -247,6 +248,78 @@ TEST_CASE("WaitGroup and Latch gather fibers of several cookies", "[oracle][sync
   }, SpawnOptions{.cookie = cookies[0]});
   coordinator.join();
   CHECK(wrong == 0);
+  CHECK_ISOLATED(h);
+}
+
+TEST_CASE("timed and stopped waits end under their own cookie, released or timed out", "[oracle][sync]") {
+  const std::string spec = GUARANTEE_TOPOLOGIES;
+  INFO(spec);
+  Harness h(spec);
+  const Cookie a = Cookie::create(), b = Cookie::create(), c = Cookie::create();
+  h.start_rivals({c}, 1);
+  const int rounds = scaled(150);
+  Mutex mu;
+  Semaphore units(1);
+  Channel<int> ch(1);
+  std::atomic<bool> inside{false};
+  std::atomic<int> overlap{0}, got{0}, timed_out{0}, sent{0}, received{0};
+  // Each side takes the mutex and the semaphore with short deadlines (so
+  // some take it and some time out, racing the other cookie's release), and
+  // hands items over a channel with timed sends and receives.
+  auto side = [&](Cookie mine, const char* name, int salt) {
+    return [&, mine, name, salt] {
+      Scope s(h.oracle, mine, name);
+      for (int i = 0; i < rounds; ++i) {
+        const auto d = std::chrono::microseconds(5 + (i * 13 + salt) % 60);
+        if (s.around([&] { return mu.try_lock_for(d); })) {
+          if (inside.exchange(true)) overlap.fetch_add(1);
+          s.burn(4us);
+          if (i % 5 == 0) s.yield();
+          inside.store(false);
+          mu.unlock();
+          got.fetch_add(1);
+        } else {
+          timed_out.fetch_add(1);
+        }
+        if (s.around([&] { return units.try_acquire_for(d); })) {
+          s.burn(3us);
+          units.release();
+        }
+        if ((i + salt) % 2 == 0) {
+          if (s.around([&] { return ch.send_for(i, d); })) sent.fetch_add(1);
+        } else if (s.around([&] { return ch.recv_for(d); })) {
+          received.fetch_add(1);
+        }
+        s.burn(3us);
+      }
+    };
+  };
+  auto fa = h.rt.spawn(side(a, "timed side A", 0), SpawnOptions{.cookie = a});
+  auto fb = h.rt.spawn(side(b, "timed side B", 1), SpawnOptions{.cookie = b});
+  // Waits ended by a stop request from a plain thread, under their cookies.
+  std::stop_source src;
+  Event never;
+  std::atomic<int> stopped{0};
+  std::vector<JoinHandle<void>> waiters;
+  for (int i = 0; i < 4; ++i) {
+    const Cookie mine = i % 2 ? a : b;
+    waiters.push_back(h.rt.spawn([&, mine] {
+      Scope s(h.oracle, mine, "stopped waiter");
+      if (!s.around([&] { return never.wait(src.get_token()); })) stopped.fetch_add(1);
+      s.burn(20us);
+    }, SpawnOptions{.cookie = mine}));
+  }
+  fa.join();
+  fb.join();
+  src.request_stop();
+  for (auto& w : waiters) w.join();
+  while (ch.try_recv()) received.fetch_add(1);
+  h.stop_rivals();
+  CHECK(overlap == 0);
+  CHECK(got + timed_out == 2 * rounds);
+  CHECK(sent == received);
+  CHECK(stopped == 4);
+  CHECK(units.available() == 1);
   CHECK_ISOLATED(h);
 }
 
