@@ -134,8 +134,8 @@ void Worker::run_to_completion(Fiber* f, bool by_handle) noexcept {
 // joiner is woken. Inlined into run_to_completion, the path every fiber takes.
 [[gnu::always_inline]] inline void Worker::complete(Fiber* f, bool by_handle) noexcept {
   JoinRecord* j = f->join;
-  f->state.store(FiberState::done, std::memory_order_relaxed);
   if (by_handle) {
+    f->state.store(FiberState::done, std::memory_order_relaxed);
     j->done.store(1, std::memory_order_relaxed);
     j->refs.store(1, std::memory_order_relaxed); // the handle's
     return;
@@ -145,9 +145,14 @@ void Worker::run_to_completion(Fiber* f, bool by_handle) noexcept {
     // handle_gone never goes back to false, and with the handle gone nobody
     // can read the result or wait for `done` meanwhile.
     j->lock.unlock();
+    if (j->task()->error) [[unlikely]]
+      report_detached(j->task()->error);
     j->task()->discard_result();
     j->lock.lock();
   }
+  // Only now: the report and the result's destructors above are the fiber's
+  // own code, and may suspend it like any code of the fiber.
+  f->state.store(FiberState::done, std::memory_order_relaxed);
   j->done.store(1, std::memory_order_release);
   Fiber* joiner = std::exchange(j->joiner, nullptr);
   const bool thread_waits = j->thread_joiner;
@@ -157,6 +162,10 @@ void Worker::run_to_completion(Fiber* f, bool by_handle) noexcept {
   // The fiber's reference goes last: the futex word above lives in `j`. If the
   // handle is gone too, this frees the block (only empty task state is left).
   release_join(j);
+}
+
+void Worker::report_detached(const std::exception_ptr& e) noexcept {
+  Worker::current()->scheduler().report_detached_exception(e);
 }
 
 void Worker::fiber_main(ctx::transfer_t t) {

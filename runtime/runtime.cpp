@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The public Runtime and the join-handle plumbing, over the scheduler.
 #include "futex.hpp"
+#include "log.hpp"
 #include "scheduler.hpp"
 
 #include <coresched/runtime.hpp>
@@ -86,7 +87,8 @@ void join_task(Task* t) {
 // if it has, the result is the handle owner's and is destroyed here, in the
 // owner's context — never by whoever frees the record last, which may be the
 // fiber's worker running another fiber by then.
-void release_task(Task* t) noexcept {
+namespace {
+void release(Task* t, bool detaching) noexcept {
   JoinRecord* j = JoinRecord::of(t);
   bool finished = j->done.load(std::memory_order_acquire) != 0; // `done` never goes back: no lock after join
   if (!finished) {
@@ -95,9 +97,17 @@ void release_task(Task* t) noexcept {
     if (!finished) j->handle_gone = true;
     j->lock.unlock();
   }
+  if (finished && detaching && t->error)
+    log().error("fiber {} was detached after an exception had ended it, which nobody will see now: {}", j->id,
+                describe_exception(t->error));
   if (finished) t->discard_result();
   release_join(j);
 }
+} // namespace
+
+void release_task(Task* t) noexcept { release(t, false); }
+
+void detach_task(Task* t) noexcept { release(t, true); }
 
 void release_joined(Task* t) noexcept { release_join(JoinRecord::of(t)); }
 

@@ -37,7 +37,10 @@ Scheduler::Scheduler(Options options, Runtime* owner)
       claim_(topology_, topology_.spec()),
       shared_stacks_(mapped_stack_bytes(round_to_pages(std::clamp<std::size_t>(options_.stack_size, 1, kMaxStackBytes)))),
       blocking_pool_(std::max<unsigned>(4, static_cast<unsigned>(topology_.pus().size()))) {
+  set_logger(options_.logger);
   set_log_level(options_.log_level);
+  if (options_.shutdown_report_after.count() < 0)
+    throw UsageError("coresched: Options::shutdown_report_after must not be negative (zero disables the report)");
   install_overflow_handler();
   default_stack_ = checked_stack_size(options_.stack_size, "Options::stack_size");
   shared_stacks_.keep_reserve();
@@ -536,7 +539,7 @@ void Scheduler::shutdown() {
   stopping_.store(true, std::memory_order_seq_cst); // before live_fibers() reads the counts (see spawn)
   wake_all_workers(); // each cancels its in-flight I/O: sleeping fibers wake now
   deadlines_.expire_all(); // and timed sync waits end, timed out
-  while (live_fibers() > 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  wait_for_fibers();
   exiting_.store(true, std::memory_order_release);
   wake_all_workers();
   for (auto& w : workers_) w->join();
@@ -546,6 +549,47 @@ void Scheduler::shutdown() {
   write_trace();
   const char* env = std::getenv("CORESCHED_STATS");
   if (env && std::string(env) == "1") std::fprintf(stderr, "%s", stats().to_table().c_str());
+}
+
+// Fibers parked in untimed waits (an Event nobody sets, a join of such a
+// fiber) keep shutdown waiting for ever: say so, and say what each waits for.
+void Scheduler::wait_for_fibers() {
+  using Clock = std::chrono::steady_clock;
+  const auto every = options_.shutdown_report_after;
+  const auto start = Clock::now();
+  auto next_report = start + every;
+  while (live_fibers() > 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (every.count() == 0 || Clock::now() < next_report) continue;
+    next_report = Clock::now() + every;
+    char* text = nullptr;
+    std::size_t len = 0;
+    if (std::FILE* f = open_memstream(&text, &len)) {
+      dump(f);
+      std::fclose(f);
+    }
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    log().warn("shutdown has waited {} ms for {} fiber(s) still alive (Options::shutdown_report_after); it waits on. "
+               "What they wait for:\n{}",
+               waited.count(), live_fibers(), text ? text : "(no dump)");
+    std::free(text);
+  }
+}
+
+void Scheduler::report_detached_exception(std::exception_ptr e) noexcept {
+  if (options_.on_detached_exception) {
+    try {
+      options_.on_detached_exception(e);
+      return;
+    } catch (...) {
+      log().error("Options::on_detached_exception threw ({}); reporting the fiber's exception here instead",
+                  describe_exception(std::current_exception()));
+    }
+  }
+  Worker* w = Worker::current();
+  const Fiber* f = w ? w->running() : nullptr;
+  log().error("fiber {} (cookie {}) ended by an exception that nobody will join: {}", f ? f->id : 0,
+              f ? cookie_label(f->cookie) : std::string("?"), describe_exception(e));
 }
 
 void Scheduler::wake_all_workers() {

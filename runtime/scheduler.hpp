@@ -65,6 +65,9 @@ public:
   /// `out` (up to kStealBatch, half the victim's queue); returns how many.
   unsigned steal_for(Worker& thief, const Pick& p, Fiber** out);
   bool stopping() const noexcept { return stopping_.load(std::memory_order_acquire); }
+  /// An exception ended a fiber nobody will join: Options::on_detached_exception,
+  /// or a log line. Called in that fiber.
+  void report_detached_exception(std::exception_ptr e) noexcept;
   /// Where the fibers' timed sync waits keep their deadlines.
   DeadlineTimer& deadlines() noexcept { return deadlines_; }
   /// Fibers spawned and not yet finished (exact once nothing can spawn).
@@ -151,6 +154,8 @@ private:
   Worker* rescue_target(const Worker& stuck, std::uint64_t cookie);
   void trace_wakeup(const Fiber& f, unsigned to) noexcept;
   void write_trace();
+  /// Waits until no fiber is alive, reporting every Options::shutdown_report_after.
+  void wait_for_fibers();
 
   Options options_;
   Runtime* owner_;

@@ -268,6 +268,8 @@ private:
   void wait_for_stack(Fiber* f);
   static void run_to_completion(Fiber* f, bool by_handle) noexcept;
   static void complete(Fiber* f, bool by_handle) noexcept;
+  /// An exception ended a fiber nobody will join (in that fiber).
+  [[gnu::cold, gnu::noinline]] static void report_detached(const std::exception_ptr& e) noexcept;
   static void run_next_after(Fiber* f);
   bool may_run_inline(const Fiber* parent, const Fiber* child) const noexcept;
   void begin_run(Fiber* f); // the caller counts the switch (count_switch), or not

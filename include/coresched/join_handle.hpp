@@ -132,6 +132,9 @@ void join_task(Task* t);
 /// too. A result or exception still stored is destroyed first, here if the
 /// fiber has finished, or by the fiber itself when it does.
 void release_task(Task* t) noexcept;
+/// As release_task, for detach(): an exception that already ended the fiber
+/// is logged before it is dropped (nobody else will ever see it).
+void detach_task(Task* t) noexcept;
 /// Drops the reference of a handle that joined and emptied the task itself.
 void release_joined(Task* t) noexcept;
 /// The fiber id of a task.
@@ -199,12 +202,13 @@ public:
     }
   }
 
-  /// Lets the fiber run on its own; its result or exception is discarded and
-  /// the handle becomes empty. The runtime's shutdown still waits for it.
+  /// Lets the fiber run on its own; its result is discarded and the handle
+  /// becomes empty. An exception that ends it goes to
+  /// Options::on_detached_exception (default: an error log line). The runtime's shutdown still waits for it.
   /// @throws UsageError if not joinable.
   void detach() {
     if (!task_) throw UsageError("coresched: detach() on a handle that is not joinable");
-    detail::release_task(std::exchange(task_, nullptr));
+    detail::detach_task(std::exchange(task_, nullptr));
   }
 
   /// The fiber's id (0 for an empty handle).

@@ -5,7 +5,14 @@
 
 #include <chrono>
 #include <cstddef>
+#include <exception>
+#include <functional>
+#include <memory>
 #include <string>
+
+namespace spdlog {
+class logger;
+} // namespace spdlog
 
 namespace coresched {
 
@@ -131,6 +138,27 @@ struct Options {
   /// level for every runtime from construction on; empty leaves the level as
   /// it is (initially CORESCHED_LOG, else "warn").
   std::string log_level;
+
+  /// The application's spdlog logger, to write the library's lines with its
+  /// sinks, pattern and level (log_level, when set, sets its level). Like
+  /// the level, the library's logger is one per process: a non-null logger
+  /// replaces it from this runtime's construction on, for every runtime;
+  /// null leaves it as it is (initially its own, on stderr).
+  std::shared_ptr<spdlog::logger> logger;
+
+  /// Called with the exception that ends a fiber nobody will join (spawned
+  /// detached, or detach()ed before it ended), in that fiber, under its
+  /// cookie: this_fiber::id() and cookie() name it. Empty: an error log line
+  /// with the fiber's id, its cookie and name, and what(). What the handler
+  /// throws is logged and dropped. (A fiber detach()ed after it ended had
+  /// kept its exception for the handle: detach() logs it, in the caller.)
+  std::function<void(std::exception_ptr)> on_detached_exception;
+
+  /// How long shutdown() (and so ~Runtime) waits for fibers still alive
+  /// before it logs, at warn level, what each waits for (their fiber-dump
+  /// lines); it keeps waiting, and reports again each time this much more
+  /// has passed. 0: never report. A negative value is a UsageError.
+  std::chrono::milliseconds shutdown_report_after{5000};
 
   /// A signal (e.g. SIGUSR2) that makes the runtime write a fiber dump
   /// (Runtime::dump) to stderr; 0 means CORESCHED_DUMP_SIGNAL (a name such
