@@ -10,6 +10,8 @@
 
 namespace coresched::detail {
 
+DeadlineTimer::DeadlineTimer() : thread_([this] { run(); }) {}
+
 DeadlineTimer::~DeadlineTimer() {
   {
     std::lock_guard lk(mu_);
@@ -19,9 +21,8 @@ DeadlineTimer::~DeadlineTimer() {
   if (thread_.joinable()) thread_.join();
 }
 
-void DeadlineTimer::arm(Deadline* d) {
+void DeadlineTimer::arm(Deadline* d) noexcept {
   std::lock_guard lk(mu_);
-  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
   heap_.push(d);
   // Wake the thread only when its sleep would end too late.
   if (heap_.top() == d || expire_all_) cv_.notify_one();
@@ -55,7 +56,7 @@ void DeadlineTimer::run() {
   // Deadlines are kept to the nanosecond the kernel allows: the default 50 us
   // of timer slack would make every timed wait that long late.
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-  std::unique_lock lk(mu_);
+  std::unique_lock lk(mu_); // (the constructor may still be running: every member but thread_ is built)
   while (!exit_) {
     if (heap_.empty()) {
       cv_.wait(lk);

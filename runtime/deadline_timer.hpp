@@ -32,15 +32,17 @@ struct Deadline {
 
 class DeadlineTimer {
 public:
-  DeadlineTimer() = default;
+  /// Starts the timer's thread: arm() must not fail once a waiter is queued.
+  DeadlineTimer();
   ~DeadlineTimer();
   DeadlineTimer(const DeadlineTimer&) = delete;
   DeadlineTimer& operator=(const DeadlineTimer&) = delete;
 
-  /// Arms `d`; its fire() runs once `d->at_ns` has passed, or at once (on
-  /// the timer thread) once expire_all() has been called. Starts the thread
-  /// on first use.
-  void arm(Deadline* d);
+  /// Arms `d` (at_ns below kNever); its fire() runs once `d->at_ns` has
+  /// passed, or at once (on the timer thread) once expire_all() has been
+  /// called. Out of memory for the heap, it terminates: its caller has a
+  /// waiter queued and parking, which no exception could unwind.
+  void arm(Deadline* d) noexcept;
   /// Withdraws `d`. Returns once the timer no longer refers to it: if it is
   /// firing, after fire() has returned.
   void disarm(Deadline* d) noexcept;

@@ -59,6 +59,7 @@ void set_logger(std::shared_ptr<spdlog::logger> logger) {
   if (!logger) return;
   Loggers& ls = loggers();
   std::lock_guard lk(ls.mu);
+  if (logger.get() == ls.current.load(std::memory_order_relaxed)) return; // each runtime may pass the same one
   ls.kept.push_back(std::move(logger));
   ls.current.store(ls.kept.back().get(), std::memory_order_release);
 }

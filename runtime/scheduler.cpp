@@ -37,10 +37,10 @@ Scheduler::Scheduler(Options options, Runtime* owner)
       claim_(topology_, topology_.spec()),
       shared_stacks_(mapped_stack_bytes(round_to_pages(std::clamp<std::size_t>(options_.stack_size, 1, kMaxStackBytes)))),
       blocking_pool_(std::max<unsigned>(4, static_cast<unsigned>(topology_.pus().size()))) {
+  if (options_.shutdown_report_after.count() < 0 || options_.shutdown_report_after > std::chrono::hours(24))
+    throw UsageError("coresched: Options::shutdown_report_after must be 0 (no report) to 24 hours");
   set_logger(options_.logger);
   set_log_level(options_.log_level);
-  if (options_.shutdown_report_after.count() < 0)
-    throw UsageError("coresched: Options::shutdown_report_after must not be negative (zero disables the report)");
   install_overflow_handler();
   default_stack_ = checked_stack_size(options_.stack_size, "Options::stack_size");
   shared_stacks_.keep_reserve();
@@ -562,10 +562,13 @@ void Scheduler::wait_for_fibers() {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
     if (every.count() == 0 || Clock::now() < next_report) continue;
     next_report = Clock::now() + every;
+    if (!log().should_log(spdlog::level::warn)) continue;
     char* text = nullptr;
     std::size_t len = 0;
     if (std::FILE* f = open_memstream(&text, &len)) {
-      dump(f);
+      // On a thread of its own, as Runtime::dump: this may be another
+      // runtime's fiber, whose stack is too small for the symbolizer.
+      std::thread([&] { dump(f); }).join();
       std::fclose(f);
     }
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);

@@ -156,4 +156,6 @@ TEST_CASE("bad report options are UsageErrors", "[reports]") {
   Options o = topo("core:1 pu:1");
   o.shutdown_report_after = -1ms;
   CHECK_THROWS_AS(Runtime(o), UsageError);
+  o.shutdown_report_after = std::chrono::milliseconds::max(); // would overflow the next report's time
+  CHECK_THROWS_AS(Runtime(o), UsageError);
 }

@@ -157,7 +157,7 @@ struct Options {
   /// How long shutdown() (and so ~Runtime) waits for fibers still alive
   /// before it logs, at warn level, what each waits for (their fiber-dump
   /// lines); it keeps waiting, and reports again each time this much more
-  /// has passed. 0: never report. A negative value is a UsageError.
+  /// has passed. 0: never report. Outside 0 to 24 hours: a UsageError.
   std::chrono::milliseconds shutdown_report_after{5000};
 
   /// A signal (e.g. SIGUSR2) that makes the runtime write a fiber dump

@@ -49,7 +49,8 @@ struct Waiter; // a suspended fiber or blocked thread; defined in the runtime
 /// How a wait ended.
 enum class WaitOutcome : std::uint8_t { notified, timed_out, stopped };
 
-/// No deadline.
+/// No deadline. Every deadline past INT64_MAX ns (292 years of uptime) is
+/// this one: the clocks and time points that deadlines meet are signed.
 inline constexpr std::uint64_t kNever = UINT64_MAX;
 
 /// The steady clock now, in nanoseconds since its epoch (CLOCK_MONOTONIC).
@@ -58,13 +59,13 @@ inline std::uint64_t steady_now_ns() noexcept {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
 }
 
-/// `from + d` in nanoseconds, rounded up (a wait is never early), saturated
-/// at kNever; a negative `d` gives `from`.
+/// `from + d` in nanoseconds, rounded up (a wait is never early); kNever
+/// from INT64_MAX on; a negative `d` (or a NaN) gives `from`.
 template <class Rep, class Period>
 std::uint64_t add_saturated(std::uint64_t from, const std::chrono::duration<Rep, Period>& d) noexcept {
   if (!(d > d.zero())) return from; // also a NaN
   const long double ns = std::chrono::duration<long double, std::nano>(d).count();
-  const long double room = static_cast<long double>(kNever - from);
+  const long double room = static_cast<long double>(INT64_MAX) - static_cast<long double>(from);
   if (!(ns < room)) return kNever;
   const auto whole = static_cast<std::uint64_t>(ns);
   return from + whole + (static_cast<long double>(whole) < ns ? 1 : 0);
@@ -76,11 +77,13 @@ template <class Rep, class Period> std::uint64_t deadline_after(const std::chron
 }
 
 /// The deadline at `t`: exact for the steady clock; another clock's time
-/// point is turned into a duration from its now.
+/// point is turned into a duration from its now (in long double: the
+/// difference of two extreme time points overflows their own type).
 template <class Clock, class Duration>
 std::uint64_t deadline_at(const std::chrono::time_point<Clock, Duration>& t) noexcept {
-  if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>) return add_saturated(0, t.time_since_epoch());
-  else return deadline_after(t - Clock::now());
+  using ns = std::chrono::duration<long double, std::nano>;
+  if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>) return add_saturated(0, ns(t.time_since_epoch()));
+  else return deadline_after(ns(t.time_since_epoch()) - ns(Clock::now().time_since_epoch()));
 }
 
 /// A test-and-test-and-set lock over a primitive's few words. Never held
