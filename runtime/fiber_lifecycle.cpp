@@ -11,6 +11,7 @@
 // destroy; the worker picks what runs next only after it. The one other way
 // back into user code without a pick — a joiner resuming after its child ran
 // inline — passes through publish_running().
+#include "local_values.hpp"
 #include "futex.hpp"
 #include "log.hpp"
 #include "sanitizer.hpp"
@@ -127,6 +128,8 @@ void Worker::fiber_fail_main(ctx::transfer_t t) {
 // instruction here).
 void Worker::run_to_completion(Fiber* f, bool by_handle) noexcept {
   f->join->task()->run();
+  if (f->join->locals) [[unlikely]]
+    destroy_locals(*f->join); // the fiber's own code too: here, under its cookie
   complete(f, by_handle);
 }
 

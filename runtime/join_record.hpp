@@ -42,6 +42,7 @@ struct JoinRecord {
   Fiber* fiber;
   Fiber* joiner = nullptr;         // a fiber suspended in join
   std::uint64_t id;                // the fiber's, for JoinHandle::id()
+  void* locals = nullptr;          // its FiberLocal values (fiber_local.hpp); only the fiber touches it
 
   Task* task() noexcept;
   static JoinRecord* of(const Task* t) noexcept;
@@ -56,6 +57,9 @@ inline constexpr std::size_t kTaskOffset = (sizeof(JoinRecord) + kTaskAlign - 1)
 /// callable with a few captures and a small result). Recycled blocks are
 /// kRecordBytes (fiber.hpp), at least this; larger tasks use malloc.
 inline constexpr std::size_t kJoinBytes = kTaskOffset + 72;
+// A spawn's block is 120 bytes (a 128-byte malloc chunk); a larger record
+// would push every block into the next size class.
+static_assert(sizeof(JoinRecord) <= 48, "JoinRecord outgrew its 48 bytes");
 
 inline Task* JoinRecord::task() noexcept {
   return reinterpret_cast<Task*>(reinterpret_cast<char*>(this) + kTaskOffset);

@@ -75,6 +75,20 @@ void preempt_point_op(long n) {
     }).join();
 }
 
+// One FiberLocal read: the calling fiber's value for a key it has set.
+void fiber_local_get_op(long n) {
+  Runtime rt(quiet("core:1 pu:1"));
+  rt.spawn([n] {
+      static FiberLocal<long> local;
+      local.reset(new long(1));
+      measure("fiber_local_get", 1, n, [](long k) {
+        long sum = 0;
+        for (long i = 0; i < k; ++i) sum += *local.get();
+        asm volatile("" : : "r"(sum));
+      });
+    }).join();
+}
+
 // One requeue + core-wide pick on a two-PU core whose sibling runs a fiber,
 // with fibers of two cookies queued (the multi-cookie path reads the clock).
 void pick_op(long n) {
@@ -138,6 +152,7 @@ int main(int argc, char** argv) {
   const std::map<std::string, void (*)(long)> ops = {{"yield", yield_op},
                                                      {"spawn_join", spawn_join_op},
                                                      {"preempt_point", preempt_point_op},
+                                                     {"fiber_local_get", fiber_local_get_op},
                                                      {"pick_two_cookies", pick_op},
                                                      {"cross_worker_wake", cross_worker_wake_op}};
   CLI::App app{"coresched-instr-budget: one hot path, n times, between callgrind client requests.\n"

@@ -4,6 +4,7 @@
 /// Everything an application needs: #include <coresched/coresched.hpp>.
 
 #include <coresched/cookie.hpp>
+#include <coresched/fiber_local.hpp>
 #include <coresched/io.hpp>
 #include <coresched/join_handle.hpp>
 #include <coresched/options.hpp>

@@ -97,7 +97,23 @@ struct Execution::Impl {
     std::atomic<int> runs{0}, done{0}, op{-1}, line{0};
     std::atomic<std::uint64_t> cookie{0}; // what the program believes the fiber's cookie is
     std::atomic<bool> long_waiting{false};
+    std::atomic<int> local{-1}; // the FiberLocal value it set last (-1: none)
   };
+  // A fiber's FiberLocal value. Its destructor is the fiber's own code: it
+  // must run in that fiber, under the cookie the program believes it has.
+  struct LocalTag {
+    Impl* ex;
+    int self, value;
+    ~LocalTag() {
+      const std::uint64_t want = ex->recs[static_cast<std::size_t>(self)].cookie.load();
+      if (this_fiber::cookie().value() != want)
+        ex->fail(ex->who(self) + ": its FiberLocal value was destroyed under cookie " +
+                 std::to_string(this_fiber::cookie().value()) + ", not its own " + std::to_string(want));
+      ex->locals_gone.fetch_add(1);
+    }
+  };
+  static inline FiberLocal<LocalTag> local_tag;
+  std::atomic<long> locals_made{0}, locals_gone{0};
   const Program& p;
   std::unique_ptr<Rec[]> recs;
   std::unique_ptr<Oracle> oracle;
@@ -239,6 +255,13 @@ struct Execution::Impl {
     if (f.pin && s.pu() != static_cast<int>(*f.pin))
       fail(who(self) + " " + where + ": pinned to PU " + std::to_string(*f.pin) + " but runs on " +
            std::to_string(s.pu()));
+    if (const int want = recs[static_cast<std::size_t>(self)].local.load(); want >= 0) {
+      const LocalTag* t = local_tag.get();
+      if (!t || t->self != self || t->value != want)
+        fail(who(self) + " " + where + ": its FiberLocal value is " +
+             (t ? "fiber " + std::to_string(t->self) + "'s " + std::to_string(t->value) : std::string("gone")) +
+             ", not its own " + std::to_string(want));
+    }
   }
 
   // ---- the fiber body
@@ -324,6 +347,11 @@ struct Execution::Impl {
       break;
     case OpKind::channel: channel(s, self, op); break;
     case OpKind::timed_wait: timed_wait(s, self, op); break;
+    case OpKind::fiber_local:
+      locals_made.fetch_add(1);
+      local_tag.reset(new LocalTag{this, self, op.a}); // destroys the one it had, here
+      recs[static_cast<std::size_t>(self)].local.store(op.a);
+      break;
     case OpKind::event: {
       EventCtx ctx(op.a);
       auto h = at(s, self, __LINE__, [&] { return spawn_fiber(op.child, expected_cookie(op.child, &s), &ctx, false); });
@@ -631,6 +659,9 @@ Outcome Execution::Impl::run() {
     else if (!recs[i].done.load()) fail(who(i2) + " did not finish");
   }
   if (oracle->violations.load() || oracle->slot_mismatches.load()) fail(oracle->report());
+  if (locals_gone.load() != locals_made.load())
+    fail(std::to_string(locals_made.load()) + " FiberLocal values were made and " + std::to_string(locals_gone.load()) +
+         " destroyed");
   Outcome o;
   o.failure_count = failure_count.load();
   std::unique_lock lk(fail_mu);

@@ -32,6 +32,7 @@ const char* to_string(OpKind k) noexcept {
   case OpKind::io_sleep: return "io_sleep";
   case OpKind::set_weight: return "set_weight";
   case OpKind::timed_wait: return "timed_wait";
+  case OpKind::fiber_local: return "fiber_local";
   }
   return "?";
 }
@@ -229,6 +230,10 @@ private:
       o.kind = OpKind::latch;
       for (int i = 0, n = 1 + rng_.below(3); i < n && budget_ > 0; ++i)
         o.members.push_back(child(Role::latch_member, JoinMode::now));
+    } else if (pick < 78) {
+      if (!on(f_fiber_local)) return simple();
+      o.kind = OpKind::fiber_local;
+      o.a = rng_.below(1000);
     } else if (pick < 82) {
       if (!on(f_timed)) return simple();
       o.kind = OpKind::timed_wait;
@@ -277,7 +282,7 @@ constexpr std::pair<const char*, Feature> kFeatures[] = {
     {"channel", f_channel},     {"event", f_event},       {"pipe", f_pipe},         {"wait-group", f_wait_group},
     {"latch", f_latch},         {"io-sleep", f_io_sleep}, {"set-cookie", f_set_cookie}, {"detach", f_detach},
     {"join-now", f_join_now},   {"runtimes", f_runtimes}, {"weights", f_weights},
-    {"timed", f_timed},
+    {"timed", f_timed},         {"fiber-local", f_fiber_local},
 };
 } // namespace
 

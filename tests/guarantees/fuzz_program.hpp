@@ -43,6 +43,7 @@ enum class OpKind : std::uint8_t {
   io_sleep,     // io::sleep_until(now + a microseconds)
   set_weight,   // Cookie::set_weight(b) on cookie index a (never the untagged one: programs share it)
   timed_wait,   // c = what (TimedWaitKind), a = mutex/semaphore index, b = microseconds; `inner` runs holding it
+  fiber_local,  // gives the fiber a FiberLocal value `a` (destroying its last); checked after every op and at its end
 };
 /// Op::c of timed_wait: a timed lock or acquire (either outcome is right),
 /// a timed wait on something never ready (must time out, never early), or a
@@ -133,6 +134,7 @@ enum Feature : std::uint32_t {
   f_runtimes = 1u << 17,   // a second runtime on cores of its own, fibers spawned across the two
   f_weights = 1u << 18,    // cookies created with weights, and set_weight while fibers run
   f_timed = 1u << 19,      // timed and stoppable waits
+  f_fiber_local = 1u << 20, // FiberLocal values, and their destructors at the fiber's end
 };
 /// Parses "stack,catch,..." into Feature bits; throws std::invalid_argument naming a bad one.
 std::uint32_t parse_features(const std::string& csv);
