@@ -127,9 +127,10 @@ void Worker::fiber_fail_main(ctx::transfer_t t) {
 // fiber's reference dropped with plain stores (spawn+join pays for every
 // instruction here).
 void Worker::run_to_completion(Fiber* f, bool by_handle) noexcept {
-  f->join->task()->run();
-  if (f->join->locals) [[unlikely]]
-    destroy_locals(*f->join); // the fiber's own code too: here, under its cookie
+  JoinRecord* j = f->join;
+  j->task()->run();
+  if (j->locals) [[unlikely]]
+    destroy_locals(*j); // the fiber's own code too: here, under its cookie
   complete(f, by_handle);
 }
 
