@@ -87,7 +87,22 @@ Result to_result(const detail::IoOp& op) {
 
 // Runs one operation; the fiber parks until it completes. `why` is what a
 // fiber dump reports it waits for.
+Result run_op(const detail::WaitInfo& why, const OpOptions& o, const detail::IoRequest& req);
+
+// A stop token becomes a cancellation: the caller's, or one of the call's own.
 Result run(const detail::WaitInfo& why, const OpOptions& o, const detail::IoRequest& req) {
+  if (!o.stop.stop_possible()) [[likely]]
+    return run_op(why, o, req);
+  Cancellation own;
+  OpOptions with_cancel = o;
+  if (!with_cancel.cancel) with_cancel.cancel = &own;
+  Cancellation* c = with_cancel.cancel;
+  const auto stop_op = [c]() noexcept { c->cancel(); };
+  const std::stop_callback<decltype(stop_op)> on_stop(o.stop, stop_op);
+  return run_op(why, with_cancel, req);
+}
+
+Result run_op(const detail::WaitInfo& why, const OpOptions& o, const detail::IoRequest& req) {
   detail::Worker& w = require_fiber(why.what);
   // A second operation took the handle over, and cancel() then reached only
   // it: the first ran to its timeout, or for ever. Checked before anything

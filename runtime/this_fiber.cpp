@@ -4,8 +4,10 @@
 #include "worker.hpp"
 
 #include <coresched/io.hpp>
+#include <coresched/sync.hpp>
 #include <coresched/this_fiber.hpp>
 
+#include <stop_token>
 #include <thread>
 
 namespace coresched::this_fiber {
@@ -67,6 +69,26 @@ void sleep_for(std::chrono::nanoseconds d) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point now = Clock::now();
   sleep_until(d > Clock::time_point::max() - now ? Clock::time_point::max() : now + d);
+}
+
+// A stoppable sleep is a timed wait on an event nobody sets: its stop
+// request wakes the fiber straight from the requester (a Cancellation of an
+// io::sleep_until would go through the worker's reactor, two hops more:
+// p50 130-190 us against 30-40 us, coresched-stop-latency-bench).
+bool sleep_until(std::chrono::steady_clock::time_point t, std::stop_token st) {
+  if (!st.stop_possible()) {
+    sleep_until(t);
+    return true;
+  }
+  Event never;
+  (void)never.wait_until(t, st);
+  return !st.stop_requested() || std::chrono::steady_clock::now() >= t;
+}
+
+bool sleep_for(std::chrono::nanoseconds d, std::stop_token st) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point now = Clock::now();
+  return sleep_until(d > Clock::time_point::max() - now ? Clock::time_point::max() : now + d, std::move(st));
 }
 
 std::uint64_t id() noexcept {

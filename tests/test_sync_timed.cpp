@@ -12,6 +12,8 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <fcntl.h>
+#include <unistd.h>
 #include <chrono>
 #include <functional>
 #include <mutex>
@@ -354,6 +356,43 @@ TEST_CASE("stop tokens: request_stop ends every kind of wait, from a thread and 
       });
     }
   }
+}
+
+TEST_CASE("stop tokens: request_stop ends sleeps and I/O, with operation_canceled", "[sync][stop][io]") {
+  Runtime rt(topo("core:2 pu:2"));
+  int fds[2];
+  REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+  std::stop_source src;
+  std::atomic<int> slept_full{-1}, thread_slept_full{-1};
+  io::Result read_result{1, {}};
+  const auto t0 = Clock::now();
+  auto sleeper = rt.spawn([&] { slept_full = this_fiber::sleep_for(1h, src.get_token()); });
+  auto reader = rt.spawn([&] {
+    std::byte b[8];
+    read_result = io::read(fds[0], b, -1, {.stop = src.get_token()});
+  });
+  std::thread plain([&] { thread_slept_full = this_fiber::sleep_for(1h, src.get_token()); });
+  std::this_thread::sleep_for(5ms);
+  src.request_stop();
+  sleeper.join();
+  reader.join();
+  plain.join();
+  CHECK(Clock::now() - t0 < 30s);
+  CHECK(slept_full.load() == 0);
+  CHECK(thread_slept_full.load() == 0);
+  CHECK(read_result.error == std::errc::operation_canceled);
+  // Stopped already: nothing starts. A token with no source changes nothing.
+  rt.spawn([&] {
+    std::byte b[8];
+    CHECK(io::read(fds[0], b, -1, {.stop = src.get_token()}).error == std::errc::operation_canceled);
+    CHECK_FALSE(this_fiber::sleep_for(1h, src.get_token()));
+    CHECK(this_fiber::sleep_for(1ms, std::stop_token{}));
+    const auto t = Clock::now();
+    CHECK(this_fiber::sleep_for(2ms, std::stop_source{}.get_token()));
+    CHECK(Clock::now() - t >= 2ms);
+  }).join();
+  ::close(fds[0]);
+  ::close(fds[1]);
 }
 
 TEST_CASE("stop tokens: a token whose source is gone never stops a wait", "[sync][stop]") {

@@ -16,6 +16,8 @@
 
 namespace coresched {
 
+/// Implementation details of FiberLocal; not part of the API and may change
+/// without notice.
 namespace detail {
 /// One fiber's value for one key: the object and how to destroy it.
 struct LocalValue {

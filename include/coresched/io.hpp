@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <stop_token>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -61,10 +62,14 @@ private:
   std::uint64_t seq_ = 0;  // which operation (stack slots are reused)
 };
 
-/// Per-call options: a timeout for the operation and/or a cancellation handle.
+/// Per-call options: a timeout for the operation, a cancellation handle
+/// and/or a stop token.
 struct OpOptions {
   std::optional<std::chrono::nanoseconds> timeout; ///< Fail with timed_out this long after submission.
   Cancellation* cancel = nullptr;                  ///< Lets another fiber or thread cancel it; must outlive the call.
+  /// A stop request cancels the operation (operation_canceled), as
+  /// `cancel->cancel()` would (it cancels `cancel` itself when one is given).
+  std::stop_token stop;
 };
 
 /// read(2) at `offset` (-1: the file position).

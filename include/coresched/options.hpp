@@ -11,6 +11,7 @@
 #include <string>
 
 namespace spdlog {
+/// spdlog's logger (<spdlog/spdlog.h>), for Options::logger.
 class logger;
 } // namespace spdlog
 

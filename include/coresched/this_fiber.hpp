@@ -6,6 +6,7 @@
 #include <coresched/cookie.hpp>
 
 #include <chrono>
+#include <stop_token>
 #include <cstdint>
 
 namespace coresched {
@@ -39,6 +40,13 @@ void sleep_for(std::chrono::nanoseconds d);
 /// Suspends the fiber (not its worker) until `t` (steady clock). On a plain
 /// thread it sleeps the thread. Returns early only when the runtime shuts down.
 void sleep_until(std::chrono::steady_clock::time_point t);
+
+/// As sleep_for(d), ending early when `st` is stopped: false then (true when
+/// the whole time passed, or the runtime shut down). Fibers and plain threads.
+bool sleep_for(std::chrono::nanoseconds d, std::stop_token st);
+
+/// As sleep_until(t), ending early when `st` is stopped: false then.
+bool sleep_until(std::chrono::steady_clock::time_point t, std::stop_token st);
 
 /// The calling fiber's id (unique in the process, never 0); 0 on a plain thread.
 std::uint64_t id() noexcept;
