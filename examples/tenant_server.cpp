@@ -10,8 +10,10 @@
 // Protocol, one line each way:   TENANT <name>  -> OK | ERR unknown tenant
 //                                HEAVY <seed>   -> <hex>  (about --heavy-us of computation)
 //                                LIGHT <token>  -> <token>
-// The acceptor and a ticker fiber (it samples the tenants' stats every --tick-ms and prints them every
-// --stats-every seconds) belong to no tenant. Where they run is --infra: untagged (they are then a third cookie,
+// A client that has not said who it is within --handshake-ms is dropped (a timed RecvStream::next). The acceptor
+// and a ticker fiber (it samples the tenants' stats every --tick-ms and prints them every --stats-every seconds)
+// belong to no tenant; both end on one std::stop_source (the accept through OpOptions::stop, the ticker's sleep
+// through its token). Where they run is --infra: untagged (they are then a third cookie,
 // cookie 0, that forces siblings idle like any other), under the first tenant's cookie, or untagged but pinned to
 // the last PU (their forced idle confined to one core). SIGINT or SIGTERM stops the server: the acceptor and every
 // connection are cancelled, the runtime's fibers finish, the per-tenant stats are printed, and it exits 0.
@@ -44,6 +46,7 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -92,7 +95,8 @@ enum class Infra { untagged, tenant, pinned };
 
 class Server {
 public:
-  Server(std::vector<Tenant>& tenants, std::uint64_t heavy_rounds) : tenants_(tenants), heavy_rounds_(heavy_rounds) {}
+  Server(std::vector<Tenant>& tenants, std::uint64_t heavy_rounds, std::chrono::milliseconds handshake_limit)
+      : tenants_(tenants), heavy_rounds_(heavy_rounds), handshake_limit_(handshake_limit) {}
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
   ~Server() {
@@ -133,17 +137,16 @@ public:
       stopping_ = true;
       for (io::RecvStream* s : live_) s->cancel();
     }
-    stop_accept_.cancel();
-    stop_ticker_.cancel();
+    stop_.request_stop(); // the acceptor's accept and the ticker's sleep end
     fibers_.wait();
   }
 
   std::uint64_t errors() const { return errors_.load(); }
+  std::uint64_t handshake_timeouts() const { return handshake_timeouts_.load(); }
 
 private:
   void accept_loop() {
-    io::OpOptions o;
-    o.cancel = &stop_accept_;
+    const io::OpOptions o{.stop = stop_.get_token()};
     for (;;) {
       const io::Result r = io::accept(listen_fd_, nullptr, nullptr, o);
       if (r.error == std::errc::operation_canceled) break; // stop()
@@ -168,7 +171,7 @@ private:
     auto next_print = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                          std::chrono::duration<double>(stats_every_s > 0 ? stats_every_s : 1e9));
     for (;;) {
-      if (io::sleep_until(Clock::now() + tick, &stop_ticker_).error == std::errc::operation_canceled) break;
+      if (!this_fiber::sleep_for(tick, stop_.get_token())) break; // stop()
       const coresched::Stats st = coresched::Runtime::current()->stats(); // what a metrics exporter would sample
       if (Clock::now() >= next_print) {
         print_stats(st, "periodic");
@@ -226,9 +229,12 @@ private:
     std::string buf, reply;
     std::span<const std::byte> chunk;
     while (run) {
-      const io::Result r = in.next(chunk);
-      if (!r || r.value == 0) { // stop(), or the peer closed its side
-        if (!r && r.error != std::errc::operation_canceled && r.error != std::errc::connection_reset) note_error(r);
+      // Until the client has said who it is, it has --handshake-ms: a connection that never speaks must not
+      // hold a fiber and a socket for ever.
+      const io::Result r = tenant ? in.next(chunk) : in.next(chunk, handshake_limit_);
+      if (!r || r.value == 0) { // stop(), the handshake's time ran out, or the peer closed its side
+        if (r.error == std::errc::timed_out) handshake_timeouts_.fetch_add(1, std::memory_order_relaxed);
+        else if (!r && r.error != std::errc::operation_canceled && r.error != std::errc::connection_reset) note_error(r);
         break;
       }
       buf.append(reinterpret_cast<const char*>(chunk.data()), chunk.size());
@@ -299,13 +305,14 @@ private:
 
   std::vector<Tenant>& tenants_;
   const std::uint64_t heavy_rounds_;
+  const std::chrono::milliseconds handshake_limit_;
   int listen_fd_ = -1;
-  io::Cancellation stop_accept_, stop_ticker_;
+  std::stop_source stop_; // the acceptor and the ticker
   coresched::WaitGroup fibers_; // the acceptor, the ticker and the connections still running
   coresched::Mutex mu_;         // guards stopping_ and live_
   bool stopping_ = false;
   std::set<io::RecvStream*> live_;
-  std::atomic<std::uint64_t> errors_{0};
+  std::atomic<std::uint64_t> errors_{0}, handshake_timeouts_{0};
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -358,6 +365,9 @@ public:
     }
   }
   bool eof() const { return eof_; }
+  bool ok() const { return ok_; }
+  // Sends nothing and waits (up to the 10 s receive limit) for the server to close the connection.
+  bool wait_for_close() { return !read_line() && eof_; }
 
 private:
   int fd_;
@@ -400,7 +410,7 @@ int main(int argc, char** argv) {
   std::uint16_t port = 0;
   std::vector<std::string> tenant_specs{"gold:300", "bronze:100"};
   double stats_every_s = 0, self_test_s = 0;
-  unsigned heavy_us = 2000, tick_ms = 10, clients = 2, per_connection = 50;
+  unsigned heavy_us = 2000, tick_ms = 10, clients = 2, per_connection = 50, handshake_ms = 5000;
   std::string infra_name = "untagged";
 
   CLI::App app{"tenant_server: a TCP service on 127.0.0.1 whose connections name their tenant in a first line "
@@ -416,6 +426,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 1000000u));
   app.add_option("--stats-every", stats_every_s, "Print the per-tenant stats every this many seconds (0: at exit)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--handshake-ms", handshake_ms, "How long a new connection may take to name its tenant")
+      ->check(CLI::Range(1u, 3600000u));
   app.add_option("--tick-ms", tick_ms, "How often the ticker fiber samples the stats")->check(CLI::Range(1u, 60000u));
   app.add_option("--infra", infra_name, "Where the acceptor and ticker run: untagged, tenant (the first one's "
                                         "cookie) or pinned (untagged, on the last PU)")
@@ -453,7 +465,8 @@ int main(int argc, char** argv) {
     sigaddset(&stop_signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-    Server server(tenants, rounds); // outlives the runtime: no fiber can touch it after it is gone
+    // Outlives the runtime: no fiber can touch it after it is gone.
+    Server server(tenants, rounds, std::chrono::milliseconds(handshake_ms));
     const std::uint16_t bound = server.listen(port);
     coresched::Runtime rt;
     std::printf("%s\nio backend: %s (%s)\nlistening on 127.0.0.1:%u (infrastructure fibers: %s)\n",
@@ -466,7 +479,13 @@ int main(int argc, char** argv) {
     std::atomic<bool> stop_clients{false};
     std::atomic<unsigned> idle{0};
     std::vector<std::thread> threads;
+    std::thread silent; // a client that never names its tenant: the server must drop it after --handshake-ms
+    std::atomic<bool> silent_dropped{false};
     if (self_test_s > 0) {
+      silent = std::thread([&] {
+        LineClient c(bound);
+        silent_dropped = c.ok() && c.wait_for_close();
+      });
       for (const Tenant& t : tenants)
         for (unsigned c = 0; c < 2 * clients; ++c)
           threads.emplace_back(client, bound, t.name, c % 2 == 0, per_connection, std::cref(expected),
@@ -484,6 +503,7 @@ int main(int argc, char** argv) {
     server.stop(); // the acceptor, the ticker and every connection end
     rt.shutdown(); // and with them the runtime's fibers
     for (auto& t : threads) t.join();
+    if (silent.joinable()) silent.join();
     const coresched::Stats st = rt.stats();
     server.print_stats(st, "final");
     if (self_test_s <= 0) return 0;
@@ -495,6 +515,11 @@ int main(int argc, char** argv) {
     };
     check(totals.failed.load() == 0, std::to_string(totals.failed.load()) + " requests failed");
     check(server.errors() == 0, std::to_string(server.errors()) + " connection errors on the server");
+    if (std::chrono::milliseconds(handshake_ms) < std::chrono::duration<double>(self_test_s))
+      check(silent_dropped.load() && server.handshake_timeouts() >= 1,
+            "a client that never named its tenant was " +
+                std::string(silent_dropped.load() ? "dropped" : "not dropped") + " (" +
+                std::to_string(server.handshake_timeouts()) + " handshake timeouts)");
     const auto client_threads = static_cast<std::uint64_t>(threads.size() - 1);
     check(totals.closed_by_server.load() == client_threads,
           std::to_string(totals.closed_by_server.load()) + " of " + std::to_string(client_threads) +
