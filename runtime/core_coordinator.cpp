@@ -138,7 +138,7 @@ bool CoreCoordinator::enqueue_locked(unsigned s, Fiber* f, WakeList& wakes, Arri
   // runner beside two fibers that ping-pong through pipes was switched in,
   // collected their completions at its first preemption point, and was
   // switched out again, twice per round trip: it did 5 % of its work alone
-  // while charged 77 % of the CPU (helper-16, session 31).
+  // while charged 77 % of the CPU.
   if ((why == Arrival::woken || why == Arrival::collected) && vtime::before(f->vtime, floor)) {
     const std::uint64_t running = target.running.load(std::memory_order_relaxed);
     if (running != kNoCookie && (single_pu_ || running == f->cookie)) {
@@ -268,8 +268,8 @@ Pick CoreCoordinator::pick_locked(unsigned s, WakeList& wakes) {
   // turn or until the waiting one leads: this sibling picks again at its
   // first preemption point after that (repick_at, Worker::preempt), and that
   // pick hands the core over. The earlier points run on without the lock: re-picking at each
-  // of them (until session 32) had both siblings take the core lock every
-  // few hundred ns for the rest of the turn.
+  // of them would have both siblings take the core lock every few hundred ns
+  // for the rest of the turn.
   // (A stale repick_at is harmless: every other request clears it.)
   if (kept_until != 0) [[unlikely]] {
     me.repick_at.store(kept_until, std::memory_order_relaxed);

@@ -78,7 +78,7 @@ void CoreCoordinator::arrive(CookieEntry& e) {
 // latency behind min_vruntime, but never further below the floor than its
 // own vruntime was: the lead is what it is owed, capped. It then leads the
 // owner by more than choose_cookie's hysteresis and takes the core at the
-// next pick. Placed level with the owner, as it was until session 30, a
+// next pick. Placed level with the owner instead, a
 // cookie that runs briefly and sleeps (a request tenant beside a compute
 // tenant) waited out the hysteresis at every wake-up: in the simulation
 // (sleeper_share) it got a median 0.34 of what it asked for, up to half the
@@ -102,15 +102,14 @@ void CoreCoordinator::arrive(CookieEntry& e) {
 // `waited` stuck at -135 ms in the fiber dump). The lead is bounded by the
 // vruntime books here too (both policies keep them): `waited` forgets what a
 // cookie ran, so a full credit at every wake-up let one that runs 1.4 ms and
-// sleeps 65 µs own 93 % of the core beside a busy one (helper-14, in the
-// simulation).
+// sleeps 65 µs own 93 % of the core beside a busy one (in the simulation).
 //
 // `carried`: set_cookie, whose fiber carries on under the new cookie
 // (change_running_cookie_locked, before the change of owner). That is no
 // wake-up, so no credit: the new cookie is placed no lower than the owner it
 // replaces, which keeps the running fiber's place. With the credit (or at the floor), a fiber that
 // called set_cookie back and forth took a lead at every call and kept a
-// busy cookie off the core for good (helper-14: its share 0.000 under
+// busy cookie off the core for good (its share 0.000 under
 // forceidle_balance, and under either policy with 40 cookies, which entry()
 // forgets and which so came back at the floor, below the waiting cookie).
 //
@@ -378,18 +377,17 @@ std::int64_t CoreCoordinator::until_leads(const CookieEntry& a, const CookieEntr
 // lasted that long: a waking cookie takes the core from a busy one at most
 // once per least turn plus its own burst, each time two hand-overs (there,
 // and back as its burst ends), each a sibling's wake-up, µs on bare metal and
-// tens of µs on a VM (helper-14, in the simulation: three cookies waking
+// tens of µs on a VM (in the simulation: three cookies waking
 // every 65-100 µs for 5-20 µs bursts caused 12,000-33,000 changes of cookie a
 // second, against 3,200 before, and got 10-36 % of the core, about what they
 // asked, against 1-5 %). In a younger turn the owner is asked all the same:
 // each pick that keeps it for the rest of its least turn asks its own sibling
 // to pick again at its first preemption point after that (choose_cookie's
-// `kept_until`, pick_locked), and that pick hands over. (Until
-// session 31 such a cookie waited for the tick. That was rare while a busy
-// worker collected its timers only at a tick; once its fibers' preemption
-// points collected them, a sleep shorter than the least turn ended inside
-// it, and the guarantee test's sleeper beside owner fibers that never yield
-// fell from 0.41 of its work alone to 0.09.) In the simulation
+// `kept_until`, pick_locked), and that pick hands over. (Left to wait for
+// the tick instead, such a cookie would lose most of its share: its fibers'
+// preemption points collect the owner's timers, so a sleep shorter than the
+// least turn ends inside it, and the guarantee test's sleeper beside owner
+// fibers that never yield gets 0.09 of its work alone instead of 0.41.) In the simulation
 // (sleeper_share: a cookie that runs and sleeps 50-400 µs at a time beside a
 // busy one) the median share over what it asked was 0.85 with this (worst
 // 0.70-0.77, four seeds); 0.71-0.75 while young turns waited for the tick,

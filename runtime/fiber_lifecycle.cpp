@@ -301,8 +301,8 @@ bool Worker::run_inline(Fiber* f, const JoinRecord* j) {
   // a call, and no pick reconsiders the core's cookie or queue. Counted, it
   // kept a joiner that spawns and joins between preemption points from ever
   // being asked to stop: with every sibling of a core running such joiners
-  // of one cookie, a waiting cookie owned the core for 0 ms of 300 (helper-12,
-  // every run), and fibers queued behind one waited as long (the rescue too
+  // of one cookie, a waiting cookie owned the core for 0 ms of 300 (every
+  // run), and fibers queued behind one waited as long (the rescue too
   // reads the count). The child's own switches, if it blocks, are counted.
   begin_run(f);
   run_to_completion(f, true);

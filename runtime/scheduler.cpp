@@ -337,7 +337,7 @@ bool Scheduler::wake_helper(const Worker& from, Help why) {
       // the runner's core, and not one beside a sibling that runs a cookie,
       // which may steal only that cookie and would go back to sleep, leaving
       // the backlog to wait for the runner while the rule counts it as shared
-      // (helper-5: a child on a single-PU worker's ring waited 200 ms of 200
+      // (a child on a single-PU worker's ring waited 200 ms of 200
       // in 10 of 10 rounds while the wake went to an SMT sibling of a PU
       // running another cookie, and a single-PU worker slept).
       if (for_backlog && (w.pu().core == from.pu().core || w.core().running_cookie() != kNoCookie)) return false;

@@ -41,8 +41,8 @@ extern std::atomic<int> fail_stack_allocations;
 /// joiner that has used less than its own ask can still run an equal child
 /// inline. With the ask alone mapped, a joiner's frames and its inline
 /// children's added up and overflowed stacks that each fitted its own ask
-/// (helper-19: 40 KiB used by each of a 64 KiB joiner and child, every run
-/// on one PU). MAP_NORESERVE: a page that no frame reaches costs address
+/// (40 KiB used by each of a 64 KiB joiner and child, every run on one
+/// PU). MAP_NORESERVE: a page that no frame reaches costs address
 /// space, not memory.
 inline constexpr std::size_t mapped_stack_bytes(std::size_t asked) noexcept { return 2 * asked; }
 /// The largest stack a fiber may ask for (Options and SpawnOptions::stack_size).
