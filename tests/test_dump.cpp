@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Runtime::dump (issue 14): what it reports of fibers parked in each kind of
+// Runtime::dump: what it reports of fibers parked in each kind of
 // wait, of a worker that never yields, and of the cores.
 #include "test_support.hpp"
 
@@ -95,8 +95,8 @@ Event* rbp_test_event = nullptr;
 } // namespace
 
 // A frame pointer of -8 or -16 made "fp + 16 > hi" wrap and pass, and the
-// walk read address 0 or -8: a SIGSEGV in the dump (helper-3: 3 of 3, and 7
-// of 80 seeds of a program with exceptions and a dumping thread).
+// walk read address 0 or -8: a SIGSEGV in the dump (3 of 3 runs, and 7 of
+// 80 seeds of a program with exceptions and a dumping thread).
 TEST_CASE("the fiber dump ends its walk at a frame pointer near the top of the address space", "[dump]") {
   Runtime rt(topo("core:1 pu:2"));
   for (const long rbp : {-8L, -16L, 0x1000L}) {
@@ -114,7 +114,7 @@ TEST_CASE("the fiber dump ends its walk at a frame pointer near the top of the a
 }
 
 // Fiber records are recycled (and may go back to malloc) while a dump reads
-// them: under ASan those reads aborted the program (helper-3: 11 of 11 runs).
+// them: under ASan those reads aborted the program (11 of 11 runs).
 TEST_CASE("fiber dumps taken while fibers come and go read no record unchecked", "[dump]") {
   Runtime rt(topo("core:2 pu:2"));
   std::atomic<bool> stop{false};
@@ -144,7 +144,7 @@ TEST_CASE("fiber dumps taken while fibers come and go read no record unchecked",
 }
 
 // libdw's line tables took more than a fiber's default 64 KiB of stack: a
-// dump from a fiber overflowed it in 8 of 10 runs (helper-3).
+// dump from a fiber overflowed it in 8 of 10 runs.
 TEST_CASE("a fiber dump taken from a fiber with the default stack", "[dump]") {
   Runtime rt(topo("core:1 pu:2"));
   Event release;

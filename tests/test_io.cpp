@@ -403,11 +403,10 @@ TEST_CASE("a CPU-bound fiber and an I/O ping-pong on one PU share it", "[io][fai
   // Two fibers pass a byte back and forth through two pipes (io::write,
   // io::read) on the PU of a CPU-bound fiber, whose work and their round
   // trips are each compared with what they do alone, in one run. Each park
-  // leaves the SQEs held back for a batch. Session 31's first version had
-  // the runner submit them at its first preemption point and be preempted by
-  // the fiber that woke: switched in and out twice per round trip, it did
-  // 0.05 of its work alone (helper-16). Before session 31 (and in its second
-  // version) the round trips waited for the runner's tick: 0.003 of alone.
+  // leaves the SQEs held back for a batch. A runner that submitted them at
+  // its first preemption point and was preempted by the fiber that woke,
+  // switched in and out twice per round trip, would do 0.05 of its work
+  // alone; round trips that waited for the runner's tick would do 0.003.
   // Now a runner about to run while SQEs wait submits them first and the pick
   // is made again (Worker::before_run): the runner 0.39, the ping-pong 0.57 of
   // alone here; kernel threads on one CPU split it 0.44 (coresched-io-beside-bench).

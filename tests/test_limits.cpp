@@ -105,7 +105,7 @@ TEST_CASE("counts that would overflow are refused and left as they were", "[limi
   CHECK(wg.count() == 0);
 }
 
-// helper-20's findings.
+// Sizes at the limits of the system calls' types.
 TEST_CASE("a transfer past 4 GiB is a short count, not its length cut to 32 bits", "[limits][io]") {
   // 4 GiB + 5 bytes of address space that /dev/null's write never reads.
   const std::size_t len = (std::size_t{4} << 30) + 5;

@@ -110,7 +110,7 @@ TEST_CASE("handles joined after their runtime is gone free their records", "[rec
   CHECK(sum == 999 * 1000 / 2);
 }
 
-// Issue 13 part 5: a kept handle of a finished fiber holds its join record
+// A kept handle of a finished fiber holds its join record
 // (48 bytes and the task) and nothing of the scheduling record, which went back
 // to its worker's free list when the fiber retired. With one block for both,
 // each kept handle held 208 bytes.

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Regression tests for the defects of issue 11 (the guarantees issue), each
-// written as an application would meet it. Each failed on the code before its
-// fix (the closing note of issue 11 says how each was checked).
+// Regression tests for defects of the isolation and fiber guarantees, each
+// written as an application would meet it; each fails without its fix.
 #include "isolation_probe.hpp"
 #include "stack_pool.hpp"
 #include "test_support.hpp"

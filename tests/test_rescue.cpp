@@ -174,8 +174,8 @@ TEST_CASE("a fiber spawned by a runner that then reaches no preemption point mov
 // runs cookie X with preemption points; on PU 2 a fiber of cookie Y spawns C
 // and spins without a preemption point; PUs 1 and 3 idle. The tick's backlog
 // rule must wake PU 3, which can take C, not PU 1, which may run only X beside
-// PU 0. helper-5's probe: it woke PU 1, counted the backlog as shared, and C
-// waited all 200 ms (10 of 10 rounds; 300 ms of 300 here).
+// PU 0. Woken instead, PU 1 would count the backlog as shared, and C would
+// wait all 300 ms.
 TEST_CASE("a runner's spawn is taken by an idle worker that can run its cookie, not by an SMT sibling that cannot",
           "[rescue]") {
   Options o = without_stall_reports("");

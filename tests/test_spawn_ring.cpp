@@ -98,7 +98,7 @@ TEST_CASE("spawn ring: under concurrent takers every fiber is taken exactly once
 TEST_CASE("fibers spawned while another worker idles are stolen while their spawner runs on", "[spawn_ring]") {
   // The spawner then spins without a preemption point, so only a thief can
   // start its children: they must not be hidden from thieves on the spawner's
-  // worker (a private batch queue once hid them; session 9's review).
+  // worker (a private batch queue would hide them).
   Runtime rt(topo("core:2 pu:1"));
   for (int round = 0; round < 20; ++round) {
     std::atomic<int> started{0};
@@ -177,9 +177,9 @@ template <class Body> auto on_worker0_with_worker1_busy(Body body) {
 } // namespace
 
 TEST_CASE("a yield right after a spawn lets the spawned fiber run", "[spawn_ring]") {
-  // The child waits on worker 0's ring at the spawner's vtime. helper-4's
-  // review: the yield put the spawner back before the ring was drained, and
-  // the child, queued after it at the same vtime, waited while it ran on.
+  // The child waits on worker 0's ring at the spawner's vtime. A yield that
+  // put the spawner back before the ring was drained would queue the child
+  // after it at the same vtime, to wait while it ran on.
   const int missed = on_worker0_with_worker1_busy([](Runtime&) {
     int late = 0;
     for (int i = 0; i < 200; ++i) {
@@ -196,9 +196,8 @@ TEST_CASE("a yield right after a spawn lets the spawned fiber run", "[spawn_ring
 }
 
 TEST_CASE("fibers on a spawn ring show in the core's stats, per cookie", "[spawn_ring]") {
-  // The spawner reads the stats before any scheduling point. Before the
-  // snapshot drained the ring, its fibers were missing from CoreStats::queued
-  // (helper-4's review).
+  // The spawner reads the stats before any scheduling point. A snapshot that
+  // did not drain the ring would miss its fibers in CoreStats::queued.
   const Cookie tagged = Cookie::create();
   const std::uint64_t listed = on_worker0_with_worker1_busy([&](Runtime& rt) {
     std::vector<JoinHandle<void>> hs;

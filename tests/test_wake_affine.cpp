@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Wake-affine placement (issue 13, part 2): a fiber woken by a running fiber
+// Wake-affine placement: a fiber woken by a running fiber
 // of its cookie waits on the waker's worker, and neither a waker that blocks
 // nor one that runs on is made to pay for it. Measured from user code: where
 // each fiber ran and when.

@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // `coresched-bench latt --compare-threads`: the seed's latt experiment on
 // plain kernel threads, so that the kernel's figures come from the same
-// program, the same work and the same wake sequence as the fibers' (issue 13,
-// part 4). Each client is a thread blocked in read(2) on its own pipe, as in
+// program, the same work and the same wake sequence as the fibers'. Each client is a thread blocked in read(2) on its own pipe, as in
 // latt; the kernel's scheduler places and preempts everything.
 #include "common.hpp"
 #include "latt_work.hpp"

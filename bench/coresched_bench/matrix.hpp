@@ -234,7 +234,7 @@ struct OwnedRate {
 };
 std::optional<OwnedRate> owned_rate(const std::vector<Row>& rows);
 
-/// The hand-over figure (issue 13): `both tagged`'s cpu events per ms its
+/// The hand-over figure: `both tagged`'s cpu events per ms its
 /// cookie held the core, over `Alone`'s events per ms of run; and the core's
 /// hand-over gaps. Printed after our table, and written under "handover".
 void report_handover(const std::vector<Row>& rows, const CoreStats& core, JsonWriter& j);

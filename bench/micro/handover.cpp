@@ -15,9 +15,8 @@
 // wake-ups ran (p50, p99). --same-cookie is the control: the sleepers run
 // under A's cookie, so nothing is handed over and no PU is forced idle, and
 // A's share is what their wake-ups themselves cost it on this machine.
-// helper-16's probe of session 31 (not kept) found A's share falling from
-// 0.81 to 0.33-0.40 with three sleepers waking every 20-40 µs once wake-ups
-// were seen at once; this program is that probe, rerunnable.
+// Three sleepers waking every 20-40 µs are the case to watch: once a
+// wake-up is seen at once, they can take A's share from 0.81 to 0.33-0.40.
 #include "json_rounds.hpp"
 
 #include <coresched/coresched.hpp>

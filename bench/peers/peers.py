@@ -30,8 +30,7 @@ PEERS = {  # name -> (display name, program in the bin dir, arguments after the 
     "go": ("Go", "peer-go", []),
     "threads": ("threads", "peer-threads", []),
     # wake and channel across two workers with Go's goroutines locked to threads
-    # the kernel may place on any CPU, as this suite ran them until session 28:
-    # the woken thread then ran on its waker's CPU in 35-54 % of wake-ups
+    # the kernel may place on any CPU: the woken thread then ran on its waker's CPU in 35-54 % of wake-ups
     # (peer.go, lockToCPU), so it is shown beside the pinned `Go` column.
     "go_unpinned": ("Go unpinned", "peer-go", ["-unpinned"]),
     # The same program on the epoll backend (where io_uring is forbidden).
@@ -114,7 +113,7 @@ WORKLOADS = [
 ]
 BY_NAME = {w.name: w for w in WORKLOADS}
 
-# (workload, metric, peer) -> (operator, bound) on coresched/peer, from issue 6.
+# (workload, metric, peer) -> (operator, bound) on coresched/peer: the targets.
 TARGETS = {
     ("yield", "time", "boost_fiber"): ("<=", 0.35),
     ("spawn_join", "time", "boost_fiber"): ("<=", 0.5),
@@ -124,7 +123,7 @@ TARGETS = {
     ("spawn_many_wg", "time", "go"): ("<=", 0.25),
     ("skynet", "time", "go"): ("<=", 0.5),
     ("channel", "time", "go"): ("<=", 0.5),
-    # issue 13, part 2
+    # placed by each runtime, and wake-ups
     ("channel_any", "time", "go"): ("<=", 1.0),
     ("wake", "p50", "go"): ("<=", 1.0),
     ("wake", "p99", "go"): ("<=", 1.0),

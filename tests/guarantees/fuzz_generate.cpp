@@ -134,8 +134,7 @@ private:
     }
     // Half of its stack at most (and 200 KiB), the rest for the body's own
     // frames. Each fiber is owed its whole ask wherever it runs, inline below
-    // a joiner's frames too (until session 34 a child joined inline could
-    // get less, and programs here used a quarter).
+    // a joiner's frames too.
     const std::size_t size = f.stack.value_or(coresched::default_stack_size);
     const std::size_t room = std::min<std::size_t>(size / 2, 200 * 1024);
     if (size >= 128 * 1024 && rng_.chance(60)) f.stack_use = room;

@@ -338,7 +338,7 @@ TEST_CASE("a forced-idle sibling that runs the owner's woken fiber does not star
 }
 
 // ---------------------------------------------------------------------------
-// Found by this file (helper-12): the slice tick asks a runner to stop once
+// The slice tick asks a runner to stop once
 // its worker has not *switched* for a slice, and an inline join counted as a
 // switch (begin_run bumps the worker's count) although no pick reconsiders
 // the core's cookie. So fibers of the owner cookie that join children inline
@@ -440,15 +440,14 @@ TEST_CASE("a cookie waiting behind owner fibers that join inline on every siblin
 }
 
 
-// Found by helper-14 (session 30): a fiber that calls set_cookie back and
-// forth between two cookies every 100 us, beside A's burners on the other
-// siblings of core 0. The sleeper credit was first given on set_cookie too;
-// with it each call put the new cookie ahead of A (and forceidle_balance's
-// change of owner reset A's wait), and A owned core 0 for 0-1 % of 1.5 s
-// (helper-14's probe, forceidle_balance); 0.80 before the credit, 0.75-0.78
-// since a set_cookie earns none (87bc622). Here A owns 0.50-0.65 of core 0
-// (one run per variant); with the credit given on set_cookie again (the
-// lead bounded by history, as now) 0.33, under both policies.
+// A fiber that calls set_cookie back and forth between two cookies every
+// 100 us, beside A's burners on the other siblings of core 0. With the
+// sleeper credit given on set_cookie too, each call would put the new cookie
+// ahead of A (and forceidle_balance's change of owner reset A's wait), and A
+// would own core 0 for 0-1 % of 1.5 s under forceidle_balance. A set_cookie
+// earns none: A owns 0.50-0.65 of core 0 here (one run per variant); with the
+// credit given on set_cookie (the lead bounded by history) 0.33, under both
+// policies.
 TEST_CASE("a fiber switching cookies with set_cookie does not keep a busy cookie off the core",
           "[oracle][handover]") {
   const std::string spec = GUARANTEE_TOPOLOGIES;

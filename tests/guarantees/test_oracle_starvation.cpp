@@ -521,30 +521,22 @@ TEST_CASE("an unpinned waiting cookie on cores all busy with owner ping-pong pai
 // A cookie whose one fiber sleeps briefly between bursts (runnable about half
 // the time when alone) beside A's always-runnable yielders on every sibling:
 // a request tenant beside a compute tenant. It asks for half the core and
-// should get most of that. Until session 30 each wake-up placed B level with
-// the owner (CoreCoordinator::place, no sleeper credit), so it waited out
-// the hysteresis (half a slice) at every burst and owned 8-17 % of core 0
-// (25-51 ms of 300, both topologies and policies); with the sleeper credit
-// and wake-up preemption between cookies, 34-47 % (101-141 ms of 300).
-// Beside owner fibers that never yield but reach a preemption point every
-// 20 us (burners), B waits for the owner to be asked to stop: before session
-// 30, by the ticker, once a slice; since then at its wake-up
-// (preempt_owner_for). In session 30 its wake-up itself waited: the timer's
-// completion sat in the ring of a worker running a burner until the ticker,
-// every quarter slice, made it reap, and B owned 8-32 % (25-96 ms of 300)
-// there, against 2.4-4.2 % before. Since session 31 the burner's next
-// preemption point collects it (IORING_SQ_TASKRUN), and a wake-up inside the
-// owner's least turn hands over when that ends (choose_cookie's kept_until, pick_locked):
-// B owns 35-40 % beside burners too.
+// should get most of that. Placed level with the owner at each wake-up (no
+// sleeper credit), B would wait out the hysteresis (half a slice) at every
+// burst and own 8-17 % of core 0; with the sleeper credit and wake-up
+// preemption between cookies (CoreCoordinator::place, preempt_owner_for) it
+// owns 34-47 % (101-141 ms of 300). Beside owner fibers that never yield but
+// reach a preemption point every 20 us (burners), B's timer completion is
+// collected at the burner's next preemption point (IORING_SQ_TASKRUN), and a
+// wake-up inside the owner's least turn hands over when that ends
+// (choose_cookie's kept_until, pick_locked): B owns 35-40 % there too.
 // The check: B's work beside A over its work alone on core 0 in as long
-// (timer latencies and the host's share of CPU included). Session 30, three
-// runs each: yielders 0.93-1.0 (core:1 pu:2) and 0.51-0.81 (core:2 pu:2),
-// 0.15-0.20 before; burners 0.41-0.42 and 0.17-0.31, 0.07-0.09 before.
-// Session 31: yielders 0.97-1.0 and 0.54-0.75, burners 0.99-1.0 and
-// 0.40-0.50. Beside burners on core:1 pu:2 it read 0.09 with the timers
-// collected at preemption points but wake-ups in a young turn left to the
-// tick, and 0.22-0.28 with that request removed: both under the
-// bound.
+// (timer latencies and the host's share of CPU included), three runs each:
+// yielders 0.97-1.0 (core:1 pu:2) and 0.54-0.75 (core:2 pu:2), burners
+// 0.99-1.0 and 0.40-0.50; without the credit 0.15-0.20 and 0.07-0.09. Beside
+// burners on core:1 pu:2 it reads 0.09 with wake-ups in a young turn left to
+// the tick, and 0.22-0.28 without the owner's request to pick again: both
+// under the bound.
 TEST_CASE("a cookie that sleeps between bursts beside busy owner fibers gets most of what it asks",
           "[oracle][starvation]") {
   const std::string spec = GUARANTEE_TOPOLOGIES;
@@ -581,9 +573,8 @@ TEST_CASE("a cookie that sleeps between bursts beside busy owner fibers gets mos
     settle(r, started, static_cast<int>(2 * r.pus.size()));
   }
   // Four workers share two CPUs on core:2 pu:2, and beside burners B's work
-  // there read 0.17-0.31 of alone in session 30 (0.07-0.09 before) and
-  // 0.40-0.50 in session 31: too close to call, so that case is checked
-  // against starvation only.
+  // there reads 0.40-0.50 of alone: too close to call, so that case is
+  // checked against starvation only.
   const bool check_share = share_checks() && !(burners && r.multi_core);
   const double bound = burners ? 0.6 : 0.35;
   long burned0 = b_burned_us.load();

@@ -318,10 +318,10 @@ TEST_CASE("sim: a cookie in debt against two rivals that sleep and wake", "[sim]
 TEST_CASE("sim: the owner's fiber waking onto a forced-idle sibling", "[sim]") {
   // The request for fine ticks as sibling 1 leaves forced idle, measured
   // against the same seeds without it (CoreSim::fine_ticks_on_leave): the
-  // median of the runs' worst waits must be lower with it. Session 30, eight
-  // base seeds (0x5eedc0de2024, 1-7): 2.60-2.67 ms with it, 2.76-2.79 ms
-  // without. (It was checked against a fixed 2.6 ms until the sleeper credit
-  // moved both figures up by ~0.2 ms.) The bound above holds either way.
+  // median of the runs' worst waits must be lower with it. Eight base seeds
+  // (0x5eedc0de2024, 1-7): 2.60-2.67 ms with it, 2.76-2.79 ms without; a
+  // fixed bound would move with the sleeper credit, so the two are compared.
+  // The bound above holds either way.
   auto median_of_worst = [](bool fine) {
     g_owner_wakes_worst.clear();
     g_fine_ticks_on_leave = fine;

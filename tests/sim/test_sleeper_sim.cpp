@@ -4,9 +4,9 @@
 // preemption between cookies (runtime/core_fairness.cpp) must give a cookie
 // that sleeps between bursts most of what it asks, and nothing more than its
 // share, whatever its bursts, and a fiber's set_cookie calls must never earn
-// credit. The scenarios from helper-14's attack (session 30) failed before
-// their fixes: set_cookie_cycle starved cookie 1 (its share 0.000), and
-// long_bursts gave the sleeper 93 % of the core under forceidle_balance.
+// credit. Without their fixes set_cookie_cycle starves cookie 1 (its share
+// 0.000), and long_bursts gives the sleeper 93 % of the core under
+// forceidle_balance.
 #include "sim_run.hpp"
 
 #include <catch2/catch.hpp>
@@ -42,12 +42,11 @@ double share_beside_busy(CoreSim& sim, Rng& rng, unsigned pus, std::uint64_t wai
 // what it asks for, up to half: min(d, 0.5). Each run records the share it
 // got over that; the test case checks the runs' median and worst. It waits
 // for the core at every wake-up, so it never gets all it asks: with the
-// sleeper credit and wake-up preemption between cookies (session 30) the
-// median read 0.71-0.75 and the worst 0.17-0.37 (eight base seeds, 64 runs
-// each); placed level with the owner and waiting for the tick, as before,
-// 0.34 and 0.16 (the default seed). Since a wake-up inside the owner's least
-// turn hands over when that ends (session 31): 0.85 and 0.70-0.77 (four
-// seeds); without that, on the same seeds, 0.79-0.80 and 0.52-0.57.
+// sleeper credit, wake-up preemption between cookies and a wake-up inside
+// the owner's least turn handing over when that ends, the median reads 0.85
+// and the worst 0.70-0.77 (four seeds); without the hand-over at the turn's
+// end 0.79-0.80 and 0.52-0.57; placed level with the owner and waiting for
+// the tick, 0.34 and 0.16 (the default seed).
 std::vector<double> g_sleeper_ratio;
 
 void sleeper_share(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
@@ -87,8 +86,8 @@ void long_bursts(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
 // no wake-up: it must earn no credit, and with 40 cookies (more than the
 // core's books keep, so each comes back as new) none may come back below
 // cookie 1. Either way cookie 1 waited for good: its share was 0.000 under
-// forceidle_balance with 2 cookies, and under both policies with 40 (the
-// latter since before session 30). Now cookie 1 must own the core within
+// forceidle_balance with 2 cookies, and under both policies with 40.
+// Cookie 1 must own the core within
 // a few turns of the cycle's cookies, and own a share of it.
 std::vector<double> g_cycle_share;
 

@@ -134,8 +134,8 @@ func channelRoundTrip1w(n int64, _ float64) []figure {
 // the other CPU), so an unpinned lock does not measure a wake-up across CPUs,
 // which coresched's pinned workers and the threads peer always pay.
 //
-// With -unpinned, as this suite ran Go before session 28 (for the comparison
-// with it), only the woken goroutine (which = 1) is locked to its thread, and
+// With -unpinned (the comparison that lets the kernel place Go's threads),
+// only the woken goroutine (which = 1) is locked to its thread, and
 // nothing is pinned.
 var unpinned bool
 
