@@ -11,15 +11,10 @@
 #include "stack_guard.hpp"
 
 #include <chrono>
-#include <cstdio>
-#include <cstring>
-#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <string>
-#include <sys/syscall.h>
 #include <thread>
-#include <unistd.h>
 
 namespace coresched::detail {
 
@@ -87,20 +82,6 @@ std::uint64_t Worker::thread_cpu_ns() const noexcept {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-bool Worker::thread_blocked() const noexcept {
-  char path[64], stat[512];
-  std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", static_cast<int>(tid_));
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const ssize_t n = ::read(fd, stat, sizeof stat - 1);
-  ::close(fd);
-  if (n <= 0) return false;
-  stat[n] = '\0';
-  // "tid (comm) S ...": the state follows the last ')' (a name may hold one).
-  const char* close_paren = std::strrchr(stat, ')');
-  return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'S' || close_paren[2] == 'D');
-}
-
 __attribute__((noinline)) Worker* Worker::current() noexcept {
   Worker* w = tls_worker;
   asm volatile("" ::: "memory");
@@ -142,7 +123,6 @@ void Worker::bind_to_cpu() {
 void Worker::thread_main() {
   const AltSignalStack alt_stack; // where the stack overflow report runs
   pthread_getcpuclockid(pthread_self(), &cpu_clock_);
-  tid_ = static_cast<pid_t>(::syscall(SYS_gettid));
   tls_worker = this;
   current_ = &idle_ctx_;
   thread_state_ = ThreadState::of_this_thread();
