@@ -7,6 +7,7 @@
 #include "reactor.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <immintrin.h>
 
 namespace coresched::detail {
@@ -71,7 +72,7 @@ std::uint64_t CoreCoordinator::other_running(unsigned s) const noexcept {
     const std::uint64_t r = siblings_[t]->running.load(std::memory_order_relaxed);
     if (r != kNoCookie) return r; // by the invariant, all running siblings agree
   }
-  return kNoCookie;
+  return held_.load(std::memory_order_relaxed);
 }
 
 bool CoreCoordinator::compatible_locked(unsigned s, std::uint64_t cookie) const noexcept {
@@ -80,7 +81,8 @@ bool CoreCoordinator::compatible_locked(unsigned s, std::uint64_t cookie) const 
     const std::uint64_t r = siblings_[t]->running.load(std::memory_order_relaxed);
     if (r != kNoCookie && r != cookie) return false;
   }
-  return true;
+  const std::uint64_t h = held_.load(std::memory_order_relaxed);
+  return h == kNoCookie || h == cookie;
 }
 
 void CoreCoordinator::requeue_locked(unsigned s, Fiber* f) {
@@ -263,7 +265,13 @@ Pick CoreCoordinator::pick_locked(unsigned s, WakeList& wakes) {
   const std::uint64_t elsewhere = other_running(s);
   std::uint64_t want = 0;
   std::uint64_t kept_until = 0;
-  if (!choose_cookie(elsewhere, want, kept_until)) return stop_and_idle(s, elsewhere, wakes);
+  // While a blocking call holds the core (hold_locked) its cookie is the only
+  // one that may run, whoever leads: idling for a leader that cannot start
+  // until the call returns would give it nothing.
+  if (holds_ != 0) [[unlikely]]
+    want = held_.load(std::memory_order_relaxed);
+  else if (!choose_cookie(elsewhere, want, kept_until))
+    return stop_and_idle(s, elsewhere, wakes);
   // The owner kept while another cookie waits, for the rest of its least
   // turn or until the waiting one leads: this sibling picks again at its
   // first preemption point after that (repick_at, Worker::preempt), and that
@@ -393,7 +401,14 @@ void CoreCoordinator::prepare_sleep_locked(unsigned s) {
   if (single_pu() || owner_ == kNoCookie) return;
   for (auto& o : siblings_)
     if (o->running.load(std::memory_order_relaxed) != kNoCookie) return;
-  // A hand-over is in flight: pick_locked gave the core to a cookie queued
+  forget_idle_owner();
+}
+
+// No sibling runs anything: unless a blocking call holds the core, the core
+// idles, so stop charging its owner for the idle time.
+void CoreCoordinator::forget_idle_owner() {
+  if (holds_ != 0) return;
+  // Except while a hand-over is in flight: pick_locked gave the core to a cookie queued
   // only for a sibling it woke (pinned there), and that sibling has not run
   // yet. Keep the owner, or the woken sibling chooses afresh, without the
   // hysteresis of a current owner: the owner just charged for the wake-up
@@ -403,10 +418,30 @@ void CoreCoordinator::prepare_sleep_locked(unsigned s) {
   // for ever and no fiber ran.
   for (auto& e : cookies_)
     if (e.cookie == owner_ && e.runnable > 0) return;
-  // The whole core idles: stop charging its last cookie for the idle time.
   checkpoint(cfg_.clock());
   owner_ = kNoCookie;
   owner_pub_.store(kNoCookie, std::memory_order_relaxed);
+}
+
+void CoreCoordinator::hold_locked(std::uint64_t cookie) {
+  // The caller's fiber runs `cookie` here, so the core's owner is `cookie`
+  // and every sibling runs it or nothing; a hold already in place is of the
+  // same cookie, since it keeps every other cookie off the core.
+  assert(owner_ == cookie && (holds_ == 0 || held_.load(std::memory_order_relaxed) == cookie));
+  ++holds_;
+  held_.store(cookie, std::memory_order_release);
+}
+
+void CoreCoordinator::release_hold_locked(WakeList& wakes) {
+  assert(holds_ > 0);
+  if (--holds_ != 0) return;
+  held_.store(kNoCookie, std::memory_order_release);
+  // Siblings forced idle for the call's cookie pick again; if none runs
+  // anything, the owner is the call's cookie with nothing left to run.
+  wake_sleepers(wakes, size(), true);
+  for (auto& o : siblings_)
+    if (o->running.load(std::memory_order_relaxed) != kNoCookie) return;
+  forget_idle_owner();
 }
 
 bool CoreCoordinator::sibling_conflict(unsigned s, std::uint64_t cookie) const noexcept {
@@ -415,7 +450,8 @@ bool CoreCoordinator::sibling_conflict(unsigned s, std::uint64_t cookie) const n
     const std::uint64_t r = siblings_[t]->running.load(std::memory_order_acquire);
     if (r != kNoCookie && r != cookie) return true;
   }
-  return false;
+  const std::uint64_t h = held_.load(std::memory_order_acquire);
+  return h != kNoCookie && h != cookie;
 }
 
 std::uint64_t CoreCoordinator::running_cookie() const noexcept {
@@ -423,7 +459,7 @@ std::uint64_t CoreCoordinator::running_cookie() const noexcept {
     const std::uint64_t r = s->running.load(std::memory_order_relaxed);
     if (r != kNoCookie) return r;
   }
-  return kNoCookie;
+  return held_.load(std::memory_order_relaxed);
 }
 
 CoreCoordinator::Handovers CoreCoordinator::handovers() {

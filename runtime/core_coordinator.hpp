@@ -241,6 +241,15 @@ public:
   bool change_running_cookie_locked(unsigned s, std::uint64_t cookie, WakeList& wakes);
   /// Sibling `s` is going to sleep: wakes it up on the next change.
   void prepare_sleep_locked(unsigned s);
+  /// A blocking call of `cookie` starts (blocking_call.cpp): its fiber, which
+  /// runs `cookie` on a sibling now, hands its claim on the core to the call,
+  /// whose helper thread runs on this core's CPUs. Until release_hold_locked
+  /// the core behaves as if a sibling ran `cookie`: the others run only
+  /// `cookie` or idle. Without the hold the helper's code could run beside
+  /// another cookie's fiber on a sibling, which nothing else would see.
+  void hold_locked(std::uint64_t cookie);
+  /// A blocking call ended: the last one lets the core change cookie again.
+  void release_hold_locked(WakeList& wakes);
 
   /// Hand-overs (changes of cookie while the old one still had work) and
   /// their gaps: from the change to the first fiber of the new cookie starting.
@@ -370,6 +379,11 @@ private:
   std::uint64_t weights_seen_ = 0; // weights_generation() the books' weights are from
   bool weighted_ = false;          // some cookie on the books has a weight other than the default
   void set_owner(std::uint64_t cookie);
+  void forget_idle_owner();
+  // Blocking calls in flight on this core, and their cookie (hold_locked):
+  // written under the lock; held_ is read lock-free by sibling_conflict.
+  unsigned holds_ = 0;
+  std::atomic<std::uint64_t> held_{kNoCookie};
   GapHistogram handover_gaps_;
   std::uint64_t handover_since_ = 0;        // a hand-over is under way since (ns); 0: none
   std::uint64_t handover_from_ = kNoCookie; // the cookie it left

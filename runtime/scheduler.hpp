@@ -5,6 +5,7 @@
 #pragma once
 
 #include "blocking_pool.hpp"
+#include "call_threads.hpp"
 #include "core_claim.hpp"
 #include "core_coordinator.hpp"
 #include "deadline_timer.hpp"
@@ -49,6 +50,8 @@ public:
   const std::string& io_backend_reason() const noexcept { return io_choice_.reason; }
   /// Threads for the epoll backend's blocking work (started on first use).
   BlockingPool& blocking_pool() noexcept { return blocking_pool_; }
+  /// Threads for coresched::blocking_call.
+  CallThreads& call_threads() noexcept { return call_threads_; }
   const Topology& topology() const noexcept { return topology_; }
   Runtime* owner() const noexcept { return owner_; }
 
@@ -169,6 +172,8 @@ private:
   // Declared before the workers: destroyed after them (a worker's reactor
   // hands it work until the worker ends).
   BlockingPool blocking_pool_;
+  // Destroyed after the cores: a call's thread releases its core's hold.
+  CallThreads call_threads_;
   std::vector<std::unique_ptr<CoreCoordinator>> cores_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<PlacementIndex> placement_;

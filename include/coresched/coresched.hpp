@@ -3,6 +3,7 @@
 /// @file coresched.hpp
 /// Everything an application needs: #include <coresched/coresched.hpp>.
 
+#include <coresched/blocking_call.hpp>
 #include <coresched/cookie.hpp>
 #include <coresched/fiber_local.hpp>
 #include <coresched/io.hpp>

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file blocking_call.hpp
+/// coresched::blocking_call: run a call that blocks its thread (getaddrinfo,
+/// a blocking client library, a read of a slow file) without stalling the
+/// worker, and without breaking the isolation promise.
+
+#include <exception>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+namespace coresched {
+
+/// Implementation details of blocking_call; not part of the API and may
+/// change without notice.
+namespace detail {
+/// Runs `call(arg)` on a helper thread while the calling fiber waits, or in
+/// place where the caller is not a fiber. `call` must not throw.
+void run_blocking(void (*call)(void*) noexcept, void* arg);
+} // namespace detail
+
+/// Runs `fn()` on a helper thread and returns its result (or rethrows what it
+/// threw) in the calling fiber, which waits meanwhile: the fiber's worker runs
+/// its other fibers and timers as usual.
+///
+/// The call is user code of the fiber's cookie, so it runs under that cookie:
+/// the helper thread is pinned to the fiber's core, and the core stays claimed
+/// for the cookie until the call returns, as if a sibling ran it. Fibers of
+/// the same cookie run beside it; fibers of other cookies on that core wait
+/// for its end (or run on other cores), exactly as beside a fiber that never
+/// yields. Keep such calls short on a core shared with other tenants.
+///
+/// Inside `fn` the code runs on a plain thread: this_fiber and FiberLocal are
+/// not available, and a nested blocking_call just runs. Called from a plain
+/// thread, blocking_call runs `fn` in place.
+template <class F>
+std::invoke_result_t<F&> blocking_call(F&& fn) {
+  using R = std::invoke_result_t<F&>;
+  struct Frame {
+    F& fn;
+    std::conditional_t<std::is_void_v<R>, bool, std::optional<R>> result{};
+    std::exception_ptr error;
+  } frame{fn};
+  detail::run_blocking(
+      [](void* p) noexcept {
+        auto& f = *static_cast<Frame*>(p);
+        try {
+          if constexpr (std::is_void_v<R>) {
+            f.fn();
+            f.result = true;
+          } else {
+            f.result.emplace(f.fn());
+          }
+        } catch (...) {
+          f.error = std::current_exception();
+        }
+      },
+      &frame);
+  if (frame.error) std::rethrow_exception(frame.error);
+  if constexpr (!std::is_void_v<R>) return std::move(*frame.result);
+}
+
+} // namespace coresched
