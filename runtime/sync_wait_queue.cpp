@@ -126,20 +126,34 @@ bool WaitQueue::unlink(Waiter* w) noexcept {
   return false;
 }
 
+// A select's case is taken only if this claims the select for it; one that
+// another case (or the select's deadline or stop) claimed first is dropped
+// as if it had never been queued: the select withdraws it anyway.
 Waiter* WaitQueue::pop() noexcept {
-  Waiter* w = head_;
-  if (w) {
+  while (Waiter* w = head_) {
     head_ = w->next;
     if (!head_) tail_ = nullptr;
     w->next = nullptr;
+    if (!w->group || w->group->claim(w->case_index)) [[likely]]
+      return w;
   }
-  return w;
+  return nullptr;
 }
 
 Waiter* WaitQueue::pop_all() noexcept {
-  Waiter* w = head_;
+  Waiter* chain = nullptr;
+  Waiter** link = &chain;
+  for (Waiter* w = head_; w;) {
+    Waiter* next = w->next;
+    w->next = nullptr;
+    if (!w->group || w->group->claim(w->case_index)) {
+      *link = w;
+      link = &w->next;
+    }
+    w = next;
+  }
   head_ = tail_ = nullptr;
-  return w;
+  return chain;
 }
 
 void* WaitQueue::slot(const Waiter* w) noexcept { return w->slot; }

@@ -27,6 +27,8 @@
 
 namespace coresched::detail {
 
+struct SelectGroup;
+
 struct Waiter {
   Waiter* next = nullptr;  // queue link (guarded by the primitive's lock)
   Fiber* fiber = nullptr;  // the parked fiber, or null for a plain thread
@@ -35,6 +37,10 @@ struct Waiter {
   const void* object = nullptr;
   std::atomic<std::uint32_t> woken{0}; // 0 waiting, 1 notified, 2 a thread sleeps on it
   WaitOutcome outcome = WaitOutcome::notified; // set under the primitive's lock by whoever dequeues it
+  // A select's case (select.cpp): whoever dequeues it must first claim the
+  // select for this case (WaitQueue::pop), and wakes the select's own waiter.
+  SelectGroup* group = nullptr;
+  int case_index = 0;
 
   /// Under the primitive's lock, before the waiter becomes visible.
   void prepare() noexcept {
@@ -77,14 +83,33 @@ struct Waiter {
   /// waiter's frame may be gone as soon as `woken` is 1, so `fiber` is read
   /// first. (futex_wake on a vanished thread frame at most wakes some other
   /// futex waiter of that address spuriously; every futex user here loops.)
-  void notify() noexcept {
-    if (Fiber* f = fiber) {
-      woken.store(1, std::memory_order_release);
-      wake_fiber(f);
-      return;
-    }
-    if (woken.exchange(1, std::memory_order_release) == 2) futex_wake(woken, 1);
+  void notify() noexcept;
+};
+
+/// One select in progress: a Waiter per case sits in that case's queue, and
+/// the first to claim the select (a waker that dequeues a case, the
+/// deadline, a stop request) decides which case happened and wakes
+/// `primary`, on which the selecting fiber or thread blocks. A claim that
+/// fails leaves the case as if never queued, so a losing send case's value
+/// never moves.
+struct SelectGroup {
+  static constexpr int kOpen = -1000;
+  std::atomic<int> chosen{kOpen};
+  Waiter primary;
+  bool claim(int outcome) noexcept {
+    int open = kOpen;
+    return chosen.compare_exchange_strong(open, outcome, std::memory_order_acq_rel);
   }
 };
+
+inline void Waiter::notify() noexcept {
+  if (group) return group->primary.notify(); // claimed: the select's frame lives until this
+  if (Fiber* f = fiber) {
+    woken.store(1, std::memory_order_release);
+    wake_fiber(f);
+    return;
+  }
+  if (woken.exchange(1, std::memory_order_release) == 2) futex_wake(woken, 1);
+}
 
 } // namespace coresched::detail

@@ -147,10 +147,6 @@ public:
   std::size_t capacity() const noexcept { return cap_; }
 
 private:
-  struct SendSlot {
-    T* value;
-    bool taken = false;
-  };
   // A deadline of 0 means "do not wait" (the timed calls' deadlines are made
   // odd, so a time point at the clock's epoch cannot read as a try).
   static constexpr std::uint64_t kTry = 0;
@@ -162,29 +158,68 @@ private:
     else q.wait_until(lk_, deadline, st.stop_possible() ? &st : nullptr, slot, nullptr, nullptr, what);
   }
 
-  bool send_impl(T& v, std::uint64_t deadline, const std::stop_token& st) {
-    lk_.lock();
-    if (closed_) {
-      lk_.unlock();
-      return false;
-    }
-    if (detail::Waiter* r = receivers_.pop()) { // the buffer is empty: hand over directly
-      static_cast<std::optional<T>*>(detail::WaitQueue::slot(r))->emplace(std::move(v));
-      lk_.unlock();
-      detail::WaitQueue::wake(r);
-      return true;
+  // How far an operation got under the lock without waiting: done, failed
+  // (the channel is closed; a receive also found nothing buffered), or it
+  // has to wait.
+  enum class Step : unsigned char { done, failed, wait };
+
+  // Under lk_: the send as far as it goes without waiting (done: `v` moved
+  // into the buffer or to a waiting receiver). `wake`: a waiter to wake once
+  // lk_ is released. A waiting select takes part only if its case is chosen
+  // (WaitQueue::pop claims it first), so its value moves only then.
+  Step send_locked(T& v, detail::Waiter*& wake) {
+    if (closed_) return Step::failed;
+    if ((wake = receivers_.pop())) { // the buffer is empty: hand over directly
+      static_cast<std::optional<T>*>(detail::WaitQueue::slot(wake))->emplace(std::move(v));
+      return Step::done;
     }
     if (size_ < cap_) {
       buf_[(head_ + size_) % cap_].emplace(std::move(v));
       ++size_;
-      lk_.unlock();
-      return true;
+      return Step::done;
     }
-    if (deadline == kTry) {
-      lk_.unlock();
-      return false;
+    return Step::wait;
+  }
+
+  // Under lk_: the receive as far as it goes without waiting (done: `out`
+  // holds the oldest item); `wake` as for send_locked.
+  Step recv_locked(std::optional<T>& out, detail::Waiter*& wake) {
+    if (size_ > 0) {
+      std::optional<T>& front = buf_[head_];
+      out.emplace(std::move(*front));
+      front.reset();
+      head_ = (head_ + 1) % cap_;
+      --size_;
+      if ((wake = senders_.pop())) { // the buffer was full: move the oldest sender's value in
+        auto* slot = static_cast<detail::SendSlot*>(detail::WaitQueue::slot(wake));
+        buf_[(head_ + size_) % cap_].emplace(std::move(*static_cast<T*>(slot->value)));
+        ++size_;
+        slot->taken = true;
+      }
+      return Step::done;
     }
-    SendSlot slot{&v};
+    // Nothing buffered. A sender can wait here only in an unbuffered channel
+    // (a buffered one has senders waiting only while full): take its value
+    // straight from its frame, which stays alive until we wake it.
+    if ((wake = senders_.pop())) {
+      auto* slot = static_cast<detail::SendSlot*>(detail::WaitQueue::slot(wake));
+      out.emplace(std::move(*static_cast<T*>(slot->value)));
+      slot->taken = true;
+      return Step::done;
+    }
+    return closed_ ? Step::failed : Step::wait;
+  }
+
+  bool send_impl(T& v, std::uint64_t deadline, const std::stop_token& st) {
+    lk_.lock();
+    detail::Waiter* wake = nullptr;
+    const Step step = send_locked(v, wake);
+    if (step != Step::wait || deadline == kTry) {
+      lk_.unlock();
+      if (wake) detail::WaitQueue::wake(wake);
+      return step == Step::done;
+    }
+    detail::SendSlot slot{&v};
     // A receiver takes the value, or close(), the deadline or `st` releases us.
     wait_in(senders_, deadline, st, &slot, "Channel send");
     return slot.taken;
@@ -193,42 +228,18 @@ private:
   std::optional<T> recv_impl(std::uint64_t deadline, const std::stop_token& st) {
     std::optional<T> out;
     lk_.lock();
-    if (size_ > 0) {
-      std::optional<T>& front = buf_[head_];
-      out.emplace(std::move(*front));
-      front.reset();
-      head_ = (head_ + 1) % cap_;
-      --size_;
-      detail::Waiter* s = senders_.pop(); // the buffer was full: move the oldest sender's value in
-      if (s) {
-        auto* slot = static_cast<SendSlot*>(detail::WaitQueue::slot(s));
-        buf_[(head_ + size_) % cap_].emplace(std::move(*slot->value));
-        ++size_;
-        slot->taken = true;
-      }
+    detail::Waiter* wake = nullptr;
+    if (recv_locked(out, wake) != Step::wait || deadline == kTry) {
       lk_.unlock();
-      if (s) detail::WaitQueue::wake(s);
+      if (wake) detail::WaitQueue::wake(wake);
       return out;
-    }
-    // Nothing buffered. A sender can wait here only in an unbuffered channel
-    // (a buffered one has senders waiting only while full): take its value
-    // straight from its frame, which stays alive until we wake it.
-    if (detail::Waiter* s = senders_.pop()) {
-      auto* slot = static_cast<SendSlot*>(detail::WaitQueue::slot(s));
-      out.emplace(std::move(*slot->value));
-      slot->taken = true;
-      lk_.unlock();
-      detail::WaitQueue::wake(s);
-      return out;
-    }
-    if (closed_ || deadline == kTry) {
-      lk_.unlock();
-      return std::nullopt;
     }
     // A sender fills `out`; close(), the deadline or `st` leave it empty.
     wait_in(receivers_, deadline, st, &out, "Channel recv");
     return out;
   }
+
+  friend struct detail::SelectAccess;
 
   const std::size_t cap_;
   std::unique_ptr<std::optional<T>[]> buf_; // null when unbuffered

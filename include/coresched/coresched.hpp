@@ -11,6 +11,7 @@
 #include <coresched/options.hpp>
 #include <coresched/recv_stream.hpp>
 #include <coresched/runtime.hpp>
+#include <coresched/select.hpp>
 #include <coresched/stats.hpp>
 #include <coresched/sync.hpp>
 #include <coresched/this_fiber.hpp>

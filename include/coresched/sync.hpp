@@ -40,11 +40,25 @@
 
 namespace coresched {
 
+/// One case of a select (defined in select.hpp).
+class SelectCase;
+
 /// Implementation details shared by the primitives and the header-only
 /// Channel<T>; not part of the API and may change without notice.
 namespace detail {
 
 struct Waiter; // a suspended fiber or blocked thread; defined in the runtime
+struct SelectAccess; // builds select cases over the primitives (select.hpp)
+
+/// A waiting sender's item, in its frame: the receiver that takes it moves
+/// `*value` and sets `taken` before it wakes the sender.
+struct SendSlot {
+  void* value;
+  bool taken = false;
+};
+
+/// The one select; see select.hpp.
+int select_impl(const SelectCase* cases, std::size_t n, std::uint64_t deadline_ns, const std::stop_token* stop);
 
 /// How a wait ended.
 enum class WaitOutcome : std::uint8_t { notified, timed_out, stopped };
@@ -142,6 +156,7 @@ public:
   static void wake_all(Waiter* chain) noexcept;
 
 private:
+  friend int select_impl(const SelectCase* cases, std::size_t n, std::uint64_t deadline_ns, const std::stop_token* stop);
   void push(Waiter* w, void* slot, const char* what) noexcept; // at the tail, prepared to park
   Waiter* head_ = nullptr;
   Waiter* tail_ = nullptr;
@@ -319,6 +334,7 @@ public:
 
 private:
   friend class detail::TimedWaits<Event>;
+  friend struct detail::SelectAccess;
   bool wait_until_ns(std::uint64_t deadline_ns, const std::stop_token& st);
   std::atomic<bool> set_;
   detail::SyncLock lk_;
