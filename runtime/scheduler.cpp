@@ -480,31 +480,49 @@ void Scheduler::reset_run(Worker& w) noexcept {
   w.ticks_same = 0;
   w.stall_reported = false;
   w.stall_cpu_base = 0;
+  w.stall_wall_base = 0;
   w.backlog_shared = false;
 }
 
 // A worker that has not switched for a whole slice has its preempt flag set;
-// if its fiber still reaches no preemption point for stall_ns_ of the
-// thread's own CPU time, report it, once per run. CPU time, not wall time: a
-// thread the kernel or the hypervisor has descheduled is not stalling (two
-// synthetic siblings share each real CPU here). One syscall per stuck worker
-// per tick; workers that switch cost nothing.
+// if its fiber still reaches no preemption point for stall_ns_, report it,
+// once per run, in one of two ways:
+// - it ran stall_ns_ of the thread's own CPU time: CPU time, not wall time,
+//   because a thread the kernel or the hypervisor has descheduled is not
+//   stalling (two synthetic siblings share each real CPU here);
+// - stall_ns_ of wall time passed, the thread used less than half of it and
+//   sleeps in a system call now (not a futex: Worker::blocking_syscall): a
+//   blocking call (usleep, a blocking read, a client library's socket) made
+//   outside coresched::blocking_call, which holds up the worker's other
+//   fibers and timers as surely, and uses no CPU to show it.
+// A syscall or two per stuck worker per tick; workers that switch cost nothing.
 void Scheduler::check_stall(Worker& w) {
   const std::uint64_t cpu = w.thread_cpu_ns();
+  const std::uint64_t now = now_ns();
   // 0, or less than the base: the thread's clock is gone (its worker exited
   // at shutdown); the difference wrapped into a stall of 584 years.
   if (cpu == 0 || cpu < w.stall_cpu_base) return;
   if (w.stall_cpu_base == 0) {
     w.stall_cpu_base = cpu;
+    w.stall_wall_base = now;
     return;
   }
   const std::uint64_t ran = cpu - w.stall_cpu_base + slice_ns_; // it had run a slice when the base was taken
-  if (ran < stall_ns_) return;
+  const std::uint64_t wall = now - w.stall_wall_base + slice_ns_;
+  const bool busy = ran >= stall_ns_;
+  const int syscall_nr = busy || wall < stall_ns_ || ran >= wall / 2 ? -1 : w.blocking_syscall();
+  if (!busy && syscall_nr < 0) return;
   w.stall_reported = true;
   w.stalls.fetch_add(1, std::memory_order_relaxed);
-  log().warn("stall: fiber {} (cookie {}) has run {} ms on worker {} (CPU {}) without a preemption point",
-             w.running_id.load(std::memory_order_relaxed), cookie_label(w.sibling().running.load(std::memory_order_relaxed)),
-             ran / 1'000'000, w.index(), w.pu().cpu);
+  const std::uint64_t fiber = w.running_id.load(std::memory_order_relaxed);
+  const std::string cookie = cookie_label(w.sibling().running.load(std::memory_order_relaxed));
+  if (busy)
+    log().warn("stall: fiber {} (cookie {}) has run {} ms on worker {} (CPU {}) without a preemption point", fiber,
+               cookie, ran / 1'000'000, w.index(), w.pu().cpu);
+  else
+    log().warn("stall: fiber {} (cookie {}) has blocked worker {} (CPU {}) in system call {} for {} ms, holding up "
+               "its other fibers and timers (coresched::io and coresched::blocking_call do not block the worker)",
+               fiber, cookie, w.index(), w.pu().cpu, syscall_nr, wall / 1'000'000);
 }
 
 std::uint64_t new_fiber_ids(std::uint64_t n) noexcept { return next_fiber_id.fetch_add(n, std::memory_order_relaxed); }

@@ -11,10 +11,15 @@
 #include "stack_guard.hpp"
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <string>
+#include <sys/syscall.h>
 #include <thread>
+#include <unistd.h>
 
 namespace coresched::detail {
 
@@ -82,6 +87,26 @@ std::uint64_t Worker::thread_cpu_ns() const noexcept {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
+// /proc/<tid>/syscall reads "running", "-1 ..." (blocked outside a system
+// call) or the number of the call the thread is blocked in, then its
+// arguments. A futex wait is a lock (the application's, the C++ runtime's, a
+// sanitizer's): its holder is what to look at, and a sanitizer's slowed code
+// held such locks for tens of ms, so it is left out.
+int Worker::blocking_syscall() const noexcept {
+  char path[64], text[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/syscall", static_cast<int>(tid_));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  const ssize_t n = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  if (n <= 0) return -1;
+  text[n] = '\0';
+  char* end = nullptr;
+  const long nr = std::strtol(text, &end, 10);
+  if (end == text || nr < 0 || nr == SYS_futex) return -1;
+  return static_cast<int>(nr);
+}
+
 __attribute__((noinline)) Worker* Worker::current() noexcept {
   Worker* w = tls_worker;
   asm volatile("" ::: "memory");
@@ -123,6 +148,7 @@ void Worker::bind_to_cpu() {
 void Worker::thread_main() {
   const AltSignalStack alt_stack; // where the stack overflow report runs
   pthread_getcpuclockid(pthread_self(), &cpu_clock_);
+  tid_ = static_cast<pid_t>(::syscall(SYS_gettid));
   tls_worker = this;
   current_ = &idle_ctx_;
   thread_state_ = ThreadState::of_this_thread();

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <sys/types.h>
 #include <vector>
 #include <thread>
 #include <unordered_map>
@@ -208,8 +209,13 @@ public:
   bool stall_reported = false;     // ticker-private: this run was already reported
   bool backlog_shared = false;     // ticker-private: this run's backlog was offered to an idle worker
   std::uint64_t stall_cpu_base = 0; // ticker-private: thread CPU time when the run was first seen stuck (0: not yet)
+  std::uint64_t stall_wall_base = 0; // ticker-private: the time then
   /// CPU time this worker's thread has used (a syscall; callable from any thread).
   std::uint64_t thread_cpu_ns() const noexcept;
+  /// The system call the worker's thread is blocked in now (its number), or
+  /// -1 if it runs, waits for a CPU, or waits on a futex (a lock): callable
+  /// from any thread; reads one /proc file.
+  int blocking_syscall() const noexcept;
   std::atomic<std::uint64_t> stalls{0};
   std::atomic<std::uint64_t> rescued{0}; // fibers the ticker moved off this worker (rescue.cpp)
 
@@ -326,6 +332,7 @@ private:
   bool stop_cancelled_ = false; // in-flight I/O was cancelled for shutdown
   std::atomic<int> ready_{0};   // 1 running, -1 failed (init_error_ says why)
   clockid_t cpu_clock_{};       // this thread's CPU-time clock, set before ready_
+  pid_t tid_ = 0;               // this thread's id, set before ready_
   std::string init_error_;
 
   // Single-PU cores only: fibers only this worker may run (pinned here, or

@@ -15,6 +15,7 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -112,22 +113,48 @@ std::uint64_t total_stalls(const Stats& s) {
 }
 } // namespace
 
-TEST_CASE("a fiber that runs past the stall threshold without a preemption point is reported", "[safety]") {
-  // The report names the tenant: the cookie's number and name.
+// Runs `body` in a fiber of a new cookie `name` on one worker with a 20 ms
+// stall threshold; returns the stalls counted and what was logged meanwhile.
+std::pair<std::uint64_t, std::string> stalls_of(const char* name, void (*body)()) {
   std::ostringstream logged;
   auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(logged);
   detail::log().sinks().push_back(sink);
-  const Cookie batch = Cookie::create("batch");
+  const Cookie c = Cookie::create(name);
+  std::uint64_t stalls = 0;
   {
     Options o = topo("core:1 pu:1");
     o.stall_threshold = std::chrono::milliseconds(20);
     Runtime rt(o);
-    rt.spawn([] { busy_for(std::chrono::milliseconds(150), false); }, SpawnOptions{.cookie = batch}).join();
-    CHECK(total_stalls(rt.stats()) == 1); // reported once per run, not once per tick
+    rt.spawn(body, SpawnOptions{.cookie = c}).join();
+    stalls = total_stalls(rt.stats());
   }
   detail::log().sinks().pop_back(); // the runtime's threads are gone
-  INFO(logged.str());
-  CHECK(logged.str().find("(cookie " + batch.label() + ")") != std::string::npos);
+  return {stalls, logged.str()};
+}
+
+TEST_CASE("a fiber that runs past the stall threshold without a preemption point is reported", "[safety]") {
+  const auto [stalls, logged] = stalls_of("batch", [] { busy_for(std::chrono::milliseconds(150), false); });
+  INFO(logged);
+  CHECK(stalls == 1); // reported once per run, not once per tick
+  CHECK(logged.find("without a preemption point") != std::string::npos);
+  CHECK(logged.find("(batch)") != std::string::npos); // the tenant: the cookie's number and name
+}
+
+TEST_CASE("a fiber that blocks its worker in a system call is reported, though it uses no CPU", "[safety]") {
+  // A blocking call made the plain way, not through coresched::io: the
+  // worker's thread sleeps in the kernel for 150 ms.
+  const auto [stalls, logged] = stalls_of("dns", [] { ::usleep(150'000); });
+  INFO(logged);
+  CHECK(stalls == 1);
+  CHECK(logged.find("blocked worker") != std::string::npos);
+  CHECK(logged.find("(dns)") != std::string::npos);
+  CHECK(logged.find("blocking_call") != std::string::npos); // the way out
+}
+
+TEST_CASE("the same call through blocking_call is not reported: the worker goes on", "[safety][blocking]") {
+  const auto [stalls, logged] = stalls_of("dns-offloaded", [] { blocking_call([] { ::usleep(150'000); }); });
+  INFO(logged);
+  CHECK(stalls == 0);
 }
 
 TEST_CASE("a fiber that reaches preemption points is not reported as a stall", "[safety]") {
