@@ -432,6 +432,15 @@ void CoreCoordinator::hold_locked(std::uint64_t cookie) {
   held_.store(cookie, std::memory_order_release);
 }
 
+bool CoreCoordinator::try_hold_locked(std::uint64_t cookie) {
+  checkpoint(cfg_.clock());
+  const CookieEntry& own = entry(cookie);
+  for (const auto& e : cookies_)
+    if (e.runnable > 0 && e.cookie != cookie && leads(e, own)) return false;
+  hold_locked(cookie);
+  return true;
+}
+
 void CoreCoordinator::release_hold_locked(WakeList& wakes) {
   assert(holds_ > 0);
   if (--holds_ != 0) return;

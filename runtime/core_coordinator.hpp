@@ -248,6 +248,9 @@ public:
   /// `cookie` or idle. Without the hold the helper's code could run beside
   /// another cookie's fiber on a sibling, which nothing else would see.
   void hold_locked(std::uint64_t cookie);
+  /// hold_locked, unless another cookie with fibers waiting leads `cookie`
+  /// (its turn is over): then false, and nothing is held.
+  bool try_hold_locked(std::uint64_t cookie);
   /// A blocking call ended: the last one lets the core change cookie again.
   void release_hold_locked(WakeList& wakes);
 

@@ -43,8 +43,10 @@ void PlacementIndex::set_idle(unsigned worker, bool idle) noexcept {
 int PlacementIndex::classify(std::uint64_t cookie, unsigned worker) const noexcept {
   if (!idle_[worker].load(std::memory_order_acquire)) return 0;
   const unsigned core = topo_.pus()[worker].core;
-  if (core_idle(core)) return 1;
+  // What the core runs, a blocking call's held cookie included: a core whose
+  // PUs all idle beside another cookie's call is no place for this fiber.
   const std::uint64_t running = cores_[core]->running_cookie();
+  if (running == kNoCookie && core_idle(core)) return 1;
   // A sibling between fibers (running nothing) conflicts with nothing either.
   return running == cookie || running == kNoCookie ? 2 : 0;
 }

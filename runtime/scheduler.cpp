@@ -175,8 +175,13 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
   // written once (a call between two stores keeps the first).
   const std::uint64_t id = mine ? here->new_fiber_id() : new_fiber_ids(1);
   // Unset: the spawning fiber's cookie, whichever runtime that fiber belongs to
-  // (a tenant's fiber spawning into another runtime must not drop its tag).
-  const std::uint64_t cookie = opts.cookie ? opts.cookie->value() : here && here->in_task() ? here->running()->cookie : 0;
+  // (a tenant's fiber spawning into another runtime must not drop its tag),
+  // or the cookie of the blocking call that spawns it (untagged, its child
+  // could never run beside the call's hold: a call that joined it hung).
+  const std::uint64_t cookie = opts.cookie                 ? opts.cookie->value()
+                               : here && here->in_task()   ? here->running()->cookie
+                               : tls_call_cookie           ? *tls_call_cookie
+                                                           : 0;
   // Two blocks: the scheduling record, freed when the fiber retires, and the
   // join record with the task, which a handle keeps (join_record.hpp says why).
   void* fmem = mine ? here->records().get() : ::operator new(kRecordBytes);
@@ -558,6 +563,7 @@ void Scheduler::shutdown() {
   wake_all_workers(); // each cancels its in-flight I/O: sleeping fibers wake now
   deadlines_.expire_all(); // and timed sync waits end, timed out
   wait_for_fibers();
+  call_threads_.wait_idle(); // a call that woke its fiber may still be in the scheduler
   exiting_.store(true, std::memory_order_release);
   wake_all_workers();
   for (auto& w : workers_) w->join();

@@ -31,15 +31,25 @@ void run_blocking(void (*call)(void*) noexcept, void* arg);
 /// for its end (or run on other cores), exactly as beside a fiber that never
 /// yields. Keep such calls short on a core shared with other tenants.
 ///
+/// A call starts within its cookie's turn on the core: if another cookie
+/// leads there, the fiber first waits for its next turn, so tenants that make
+/// calls back to back still share the core by their weights.
+///
 /// Inside `fn` the code runs on a plain thread: this_fiber and FiberLocal are
-/// not available, and a nested blocking_call just runs. Called from a plain
-/// thread, blocking_call runs `fn` in place.
+/// not available, a nested blocking_call just runs, and fibers it spawns
+/// without a cookie get the call's. It must not wait for fibers of another
+/// cookie that need its core (on a core of its own it would wait for ever).
+/// The fiber sees `errno` as the call left it. Called from a plain thread,
+/// blocking_call runs `fn` in place. Throws std::system_error, having run
+/// nothing, if no thread can be started for the call.
 template <class F>
 std::invoke_result_t<F&> blocking_call(F&& fn) {
   using R = std::invoke_result_t<F&>;
+  // A reference result is kept as a pointer (std::optional holds no reference).
+  using Stored = std::conditional_t<std::is_reference_v<R>, std::remove_reference_t<R>*, R>;
   struct Frame {
     F& fn;
-    std::conditional_t<std::is_void_v<R>, bool, std::optional<R>> result{};
+    std::conditional_t<std::is_void_v<R>, bool, std::optional<Stored>> result{};
     std::exception_ptr error;
   } frame{fn};
   detail::run_blocking(
@@ -49,6 +59,8 @@ std::invoke_result_t<F&> blocking_call(F&& fn) {
           if constexpr (std::is_void_v<R>) {
             f.fn();
             f.result = true;
+          } else if constexpr (std::is_reference_v<R>) {
+            f.result.emplace(&f.fn());
           } else {
             f.result.emplace(f.fn());
           }
@@ -58,7 +70,8 @@ std::invoke_result_t<F&> blocking_call(F&& fn) {
       },
       &frame);
   if (frame.error) std::rethrow_exception(frame.error);
-  if constexpr (!std::is_void_v<R>) return std::move(*frame.result);
+  if constexpr (std::is_reference_v<R>) return static_cast<R>(**frame.result);
+  else if constexpr (!std::is_void_v<R>) return std::move(*frame.result);
 }
 
 } // namespace coresched
