@@ -178,10 +178,10 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
   // (a tenant's fiber spawning into another runtime must not drop its tag),
   // or the cookie of the blocking call that spawns it (untagged, its child
   // could never run beside the call's hold: a call that joined it hung).
-  const std::uint64_t cookie = opts.cookie                 ? opts.cookie->value()
-                               : here && here->in_task()   ? here->running()->cookie
-                               : tls_call_cookie           ? *tls_call_cookie
-                                                           : 0;
+  const std::uint64_t cookie = !opts.cookie && !here ? plain_thread_cookie()
+                               : opts.cookie          ? opts.cookie->value()
+                               : here->in_task()      ? here->running()->cookie
+                                                      : 0;
   // Two blocks: the scheduling record, freed when the fiber retires, and the
   // join record with the task, which a handle keeps (join_record.hpp says why).
   void* fmem = mine ? here->records().get() : ::operator new(kRecordBytes);
@@ -529,6 +529,10 @@ void Scheduler::check_stall(Worker& w) {
                "its other fibers and timers (coresched::io and coresched::blocking_call do not block the worker)",
                fiber, cookie, w.index(), w.pu().cpu, syscall_nr, wall / 1'000'000);
 }
+
+// Out of line: the spawn path of a fiber (the instruction budget's) never
+// reads this thread-local.
+[[gnu::noinline]] std::uint64_t plain_thread_cookie() noexcept { return tls_call_cookie ? *tls_call_cookie : 0; }
 
 std::uint64_t new_fiber_ids(std::uint64_t n) noexcept { return next_fiber_id.fetch_add(n, std::memory_order_relaxed); }
 

@@ -34,6 +34,10 @@ namespace coresched::detail {
 /// Throws UsageError for a cookie value the runtime reserves (kNoCookie).
 void check_cookie(std::uint64_t value);
 
+/// The cookie a fiber spawned from a plain thread without one gets: the
+/// blocking call's that the thread runs (tls_call_cookie), else untagged.
+std::uint64_t plain_thread_cookie() noexcept;
+
 /// Reserves `n` consecutive fiber ids (process-wide, never 0); returns the first.
 std::uint64_t new_fiber_ids(std::uint64_t n) noexcept;
 
