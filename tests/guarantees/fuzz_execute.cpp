@@ -347,6 +347,12 @@ struct Execution::Impl {
       break;
     case OpKind::channel: channel(s, self, op); break;
     case OpKind::timed_wait: timed_wait(s, self, op); break;
+    case OpKind::blocking_call: {
+      const bool pinned = p.fibers[static_cast<std::size_t>(self)].pin.has_value();
+      const std::string e = run_blocking_call(s, op, value_of(self), pinned);
+      if (!e.empty()) fail(who(self) + ": " + e);
+      break;
+    }
     case OpKind::fiber_local:
       locals_made.fetch_add(1);
       local_tag.reset(new LocalTag{this, self, op.a}); // destroys the one it had, here

@@ -33,6 +33,7 @@ const char* to_string(OpKind k) noexcept {
   case OpKind::set_weight: return "set_weight";
   case OpKind::timed_wait: return "timed_wait";
   case OpKind::fiber_local: return "fiber_local";
+  case OpKind::blocking_call: return "blocking_call";
   }
   return "?";
 }
@@ -185,7 +186,14 @@ private:
     Op o;
     const int pick = rng_.below(100);
     auto child = [&](Role r, JoinMode j) { return fiber(self, depth + 1, r, j); };
-    if (pick < 28) {
+    if (pick < 4) {
+      // Short calls: each keeps its core from the other cookies while it lasts.
+      if (!on(f_blocking)) return simple();
+      o.kind = OpKind::blocking_call;
+      o.a = rng_.below(300);
+      o.b = rng_.chance(50) ? 0 : rng_.below(300);
+      o.c = rng_.below(kCallKinds);
+    } else if (pick < 28) {
       o.kind = OpKind::spawn;
       static constexpr JoinMode kModes[] = {JoinMode::now, JoinMode::now, JoinMode::now, JoinMode::later,
                                             JoinMode::later, JoinMode::drop, JoinMode::detach_option,
@@ -281,7 +289,7 @@ constexpr std::pair<const char*, Feature> kFeatures[] = {
     {"channel", f_channel},     {"event", f_event},       {"pipe", f_pipe},         {"wait-group", f_wait_group},
     {"latch", f_latch},         {"io-sleep", f_io_sleep}, {"set-cookie", f_set_cookie}, {"detach", f_detach},
     {"join-now", f_join_now},   {"runtimes", f_runtimes}, {"weights", f_weights},
-    {"timed", f_timed},         {"fiber-local", f_fiber_local},
+    {"timed", f_timed},         {"fiber-local", f_fiber_local}, {"blocking", f_blocking},
 };
 } // namespace
 

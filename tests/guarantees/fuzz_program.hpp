@@ -44,11 +44,15 @@ enum class OpKind : std::uint8_t {
   set_weight,   // Cookie::set_weight(b) on cookie index a (never the untagged one: programs share it)
   timed_wait,   // c = what (TimedWaitKind), a = mutex/semaphore index, b = microseconds; `inner` runs holding it
   fiber_local,  // gives the fiber a FiberLocal value `a` (destroying its last); checked after every op and at its end
+  blocking_call, // a = microseconds burnt in the call, b = microseconds it sleeps, c = what it does (CallKind)
 };
 /// Op::c of timed_wait: a timed lock or acquire (either outcome is right),
 /// a timed wait on something never ready (must time out, never early), or a
 /// wait stopped through a std::stop_token by a plain thread.
 enum TimedWaitKind : int { timed_mutex, timed_semaphore, timed_event, timed_recv, stopped_event, kTimedWaitKinds };
+/// Op::c of blocking_call: the call returns a value, throws, or makes a
+/// nested blocking_call (which runs in place, on the helper thread).
+enum CallKind : int { call_value, call_throw, call_nested, kCallKinds };
 const char* to_string(OpKind k) noexcept;
 
 enum class JoinMode : std::uint8_t { now, later, drop, detach_option, detach_call };
@@ -135,6 +139,7 @@ enum Feature : std::uint32_t {
   f_weights = 1u << 18,    // cookies created with weights, and set_weight while fibers run
   f_timed = 1u << 19,      // timed and stoppable waits
   f_fiber_local = 1u << 20, // FiberLocal values, and their destructors at the fiber's end
+  f_blocking = 1u << 21,   // blocking_call: calls on helper threads, stamped for their caller's core
 };
 /// Parses "stack,catch,..." into Feature bits; throws std::invalid_argument naming a bad one.
 std::uint32_t parse_features(const std::string& csv);
@@ -143,6 +148,11 @@ std::string feature_names();
 
 /// The program of `seed` on `topology` (with `pus` PUs), without the features in `without`.
 Program generate(std::uint64_t seed, const std::string& topology, unsigned pus, std::uint32_t without = 0);
+
+/// Runs a blocking_call op (fuzz_blocking.cpp) from the fiber whose stamped
+/// interval is `s` (`pinned`: the fiber is pinned to its PU); the call
+/// returns (or throws) `value`. Returns what went wrong, empty if nothing did.
+std::string run_blocking_call(guarantees::Scope& s, const Op& op, std::uint64_t value, bool pinned);
 
 /// What one run of a program found.
 struct Outcome {
