@@ -176,7 +176,8 @@ private:
   // Declared before the workers: destroyed after them (a worker's reactor
   // hands it work until the worker ends).
   BlockingPool blocking_pool_;
-  // Destroyed after the cores: a call's thread releases its core's hold.
+  // Joined after the workers stop; shutdown first waits for the calls in
+  // flight, whose last steps touch the cores and the workers.
   CallThreads call_threads_;
   std::vector<std::unique_ptr<CoreCoordinator>> cores_;
   std::vector<std::unique_ptr<Worker>> workers_;

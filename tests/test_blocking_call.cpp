@@ -94,16 +94,16 @@ TEST_CASE("a 1 ms sleep on the worker of a 300 ms blocking call ends on time", "
   for (int attempt = 0; attempt < 3 && !ok; ++attempt) {
     std::atomic<bool> in_call{true};
     std::vector<std::chrono::nanoseconds> late;
-    auto call = rt.spawn([&] {
-      blocking_call([] { std::this_thread::sleep_for(300ms); });
-      in_call = false;
-    });
     auto sleeper = rt.spawn([&] {
       do {
         const auto t0 = std::chrono::steady_clock::now();
         this_fiber::sleep_for(1ms);
         late.push_back(std::chrono::steady_clock::now() - t0 - 1ms);
       } while (in_call.load());
+    });
+    auto call = rt.spawn([&] {
+      blocking_call([] { std::this_thread::sleep_for(300ms); });
+      in_call = false;
     });
     call.join();
     sleeper.join();

@@ -71,18 +71,19 @@ std::vector<double> cost(Runtime& rt, const std::string& kind, int n) {
 std::vector<double> lateness(Runtime& rt, const std::string& kind) {
   std::atomic<bool> busy{true};
   std::vector<double> us;
-  auto other = rt.spawn([&] {
-    if (kind == "blocking_call") blocking_call([] { std::this_thread::sleep_for(300ms); });
-    else if (kind == "in-fiber") std::this_thread::sleep_for(300ms);
-    else this_fiber::sleep_for(300ms);
-    busy = false;
-  });
+  // The sleeper first, so that its first sleep is under way when the other starts.
   auto sleeper = rt.spawn([&] {
     do { // at least once: beside a worker blocked in-fiber, the one sleep the block delays
       const auto t0 = Clock::now();
       this_fiber::sleep_for(1ms);
       us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0 - 1ms).count());
     } while (busy.load());
+  });
+  auto other = rt.spawn([&] {
+    if (kind == "blocking_call") blocking_call([] { std::this_thread::sleep_for(300ms); });
+    else if (kind == "in-fiber") std::this_thread::sleep_for(300ms);
+    else this_fiber::sleep_for(300ms);
+    busy = false;
   });
   other.join();
   sleeper.join();

@@ -32,7 +32,8 @@ void run_blocking(void (*call)(void*) noexcept, void* arg);
 /// yields. Keep such calls short on a core shared with other tenants.
 ///
 /// A call starts within its cookie's turn on the core: if another cookie
-/// leads there, the fiber first waits for its next turn, so tenants that make
+/// leads there, the fiber first waits for its next turn (and may by then run
+/// on another core, whose CPUs the call then gets), so tenants that make
 /// calls back to back still share the core by their weights.
 ///
 /// Inside `fn` the code runs on a plain thread: this_fiber and FiberLocal are
