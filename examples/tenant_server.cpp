@@ -10,6 +10,9 @@
 // Protocol, one line each way:   TENANT <name>  -> OK | ERR unknown tenant
 //                                HEAVY <seed>   -> <hex>  (about --heavy-us of computation)
 //                                LIGHT <token>  -> <token>
+//                                RESOLVE <host> -> <IPv4 address> | ERR <reason>
+// RESOLVE looks the name up with getaddrinfo, which blocks its thread: it runs in coresched::blocking_call, on a
+// helper thread, so the worker's other connections go on, and under the tenant's cookie like the rest.
 // A client that has not said who it is within --handshake-ms is dropped (a timed RecvStream::next). The acceptor
 // and a ticker fiber (it samples the tenants' stats every --tick-ms and prints them every --stats-every seconds)
 // belong to no tenant; both end on one std::stop_source (the accept through OpOptions::stop, the ticker's sleep
@@ -29,6 +32,7 @@
 #include <CLI/CLI.hpp>
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -88,7 +92,7 @@ double rounds_per_us() {
 struct Tenant {
   std::string name;
   coresched::Cookie cookie;
-  std::atomic<std::uint64_t> connections{0}, heavy{0}, light{0};
+  std::atomic<std::uint64_t> connections{0}, heavy{0}, light{0}, resolved{0};
 };
 
 enum class Infra { untagged, tenant, pinned };
@@ -275,6 +279,10 @@ private:
       std::snprintf(hex, sizeof hex, "%016" PRIx64 "\n", heavy(seed, heavy_rounds_));
       reply += hex;
       t.heavy.fetch_add(1, std::memory_order_relaxed);
+    } else if (line.starts_with("RESOLVE ")) {
+      reply += resolve(std::string(line.substr(8)));
+      reply += '\n';
+      t.resolved.fetch_add(1, std::memory_order_relaxed);
     } else if (line.starts_with("LIGHT ")) {
       reply.append(line.substr(6));
       reply += '\n';
@@ -282,6 +290,22 @@ private:
     } else {
       reply += "ERR unknown request\n";
     }
+  }
+
+  // getaddrinfo blocks its thread (files, DNS): off the worker, in blocking_call.
+  static std::string resolve(const std::string& host) {
+    return coresched::blocking_call([&]() -> std::string {
+      addrinfo hints{};
+      hints.ai_family = AF_INET;
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* res = nullptr;
+      if (const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0)
+        return std::string("ERR ") + ::gai_strerror(rc);
+      char text[INET_ADDRSTRLEN] = "";
+      ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(res->ai_addr)->sin_addr, text, sizeof text);
+      ::freeaddrinfo(res);
+      return text;
+    });
   }
 
   bool send_all(int fd, std::string_view data) {
@@ -384,7 +408,7 @@ void client(std::uint16_t port, const std::string& tenant, bool heavy_kind, unsi
   std::optional<LineClient> conn;
   while (!stop.load()) {
     conn.emplace(port);
-    if (conn->ask("TENANT " + tenant) != "OK") {
+    if (conn->ask("TENANT " + tenant) != "OK" || conn->ask("RESOLVE localhost") != "127.0.0.1") {
       totals.failed.fetch_add(1);
       break;
     }
@@ -525,9 +549,9 @@ int main(int argc, char** argv) {
           std::to_string(totals.closed_by_server.load()) + " of " + std::to_string(client_threads) +
               " connections closed by the server at shutdown");
     for (const Tenant& t : tenants) {
-      check(t.heavy.load() > 0 && t.light.load() > 0, t.name + " served " + std::to_string(t.heavy.load()) +
-                                                          " heavy and " + std::to_string(t.light.load()) +
-                                                          " light requests");
+      check(t.heavy.load() > 0 && t.light.load() > 0 && t.resolved.load() > 0,
+            t.name + " served " + std::to_string(t.heavy.load()) + " heavy, " + std::to_string(t.light.load()) +
+                " light and " + std::to_string(t.resolved.load()) + " resolve requests");
       const coresched::CookieStats cs = st.cookie(t.cookie);
       check(cs.cpu_ns > 0 && cs.name == t.name, t.name + ": its cookie's stats read " +
                                                     std::to_string(cs.cpu_ns) + " ns of CPU, name '" + cs.name + "'");

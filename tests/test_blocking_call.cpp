@@ -176,7 +176,7 @@ TEST_CASE("blocking calls run at once, each on a thread of its own", "[blocking]
   for (auto& h : hs) h.join();
   const auto took = std::chrono::steady_clock::now() - t0;
   INFO(ms_of(took) << " ms for " << n << " calls of 50 ms");
-  CHECK(took < n * 50ms / 8); // one after another: 3.2 s
+  CHECK(took < n * 50ms / 4); // one after another: 3.2 s (under TSan, starting 64 threads takes 0.4-0.5 s)
 }
 
 TEST_CASE("shutdown waits for a blocking call in flight", "[blocking][shutdown]") {
