@@ -85,6 +85,8 @@ int select_impl(const SelectCase* cases, std::size_t n, std::uint64_t deadline_n
   for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[next_random() % i]);
 
   lock_all();
+  for (std::size_t i = 0; i < n; ++i)
+    if (cases[i].clear_) cases[i].clear_(cases[i]);
   for (std::size_t k = 0; k < n; ++k) {
     const SelectCase& c = cases[order[k]];
     Waiter* wake = nullptr;

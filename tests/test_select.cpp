@@ -67,7 +67,7 @@ TEST_CASE("select_for times out, never early, and leaves every case untouched", 
                      20ms) == kSelectTimedOut);
     CHECK(std::chrono::steady_clock::now() - t0 >= 20ms);
     CHECK(v == "keep");
-    CHECK_FALSE(got); // emptied as its case was built
+    CHECK_FALSE(got); // emptied as the select started
     CHECK(full.size() == 1);
     CHECK(empty.size() == 0);
     CHECK(select_until({event_case(ev)}, std::chrono::steady_clock::now() - 1s) == kSelectTimedOut);
@@ -160,6 +160,26 @@ TEST_CASE("a waiting select is ended by a send, a receive, a set, a close and a 
       }
     }
   }
+}
+
+// Cases built once and reused, over a span, with every form of select.
+TEST_CASE("reused cases: a closed channel's receive never shows the last select's item", "[select]") {
+  Channel<int> ch(1);
+  Event never;
+  std::optional<int> got;
+  const SelectCase cases[] = {recv_case(ch, got), event_case(never)};
+  CHECK(ch.try_send(7));
+  CHECK(select(cases) == 0);
+  CHECK(got == 7);
+  ch.close();
+  CHECK(select_for(cases, 1s) == 0);
+  CHECK_FALSE(got); // emptied as the select started; the closed channel gave nothing
+  got = 9;
+  CHECK(select_until(cases, std::chrono::steady_clock::now() + 1s) == 0);
+  CHECK_FALSE(got);
+  got = 9;
+  CHECK(try_select(cases) == 0);
+  CHECK_FALSE(got);
 }
 
 TEST_CASE("a send case that is not chosen sends nothing", "[select]") {

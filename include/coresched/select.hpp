@@ -59,6 +59,9 @@ private:
   // Under *lock_: does the case's operation now if it needs no wait (true);
   // `wake` gets a waiter to wake once the locks are released.
   bool (*try_now_)(const SelectCase&, detail::Waiter*& wake) = nullptr;
+  // A receive case: empties its `out` as the select starts (a case reused
+  // across selects must not show the last one's item as received).
+  void (*clear_)(const SelectCase&) noexcept = nullptr;
   const char* what_ = "";
   bool send_ = false; // its waiter carries a detail::SendSlot over data_
 };
@@ -70,13 +73,13 @@ namespace detail {
 /// Builds cases over the primitives' private parts.
 struct SelectAccess {
   template <class T> static SelectCase recv(Channel<T>& ch, std::optional<T>& out) {
-    out.reset(); // so that a closed channel's case leaves it empty
     SelectCase c;
     c.lock_ = &ch.lk_;
     c.queue_ = &ch.receivers_;
     c.target_ = &ch;
     c.data_ = &out;
     c.what_ = "select: Channel recv";
+    c.clear_ = [](const SelectCase& self) noexcept { static_cast<std::optional<T>*>(self.data_)->reset(); };
     c.try_now_ = [](const SelectCase& self, Waiter*& wake) {
       auto& chan = *static_cast<Channel<T>*>(self.target_);
       return chan.recv_locked(*static_cast<std::optional<T>*>(self.data_), wake) != Channel<T>::Step::wait;
@@ -120,8 +123,8 @@ int select_impl(const SelectCase* cases, std::size_t n, std::uint64_t deadline_n
 
 } // namespace detail
 
-/// A case that receives from `ch` into `out`, which it empties as it is
-/// built (left empty when chosen: `ch` is closed and drained).
+/// A case that receives from `ch` into `out`, which every select it is in
+/// empties as it starts (left empty when chosen: `ch` is closed and drained).
 template <class T> SelectCase recv_case(Channel<T>& ch, std::optional<T>& out) {
   return detail::SelectAccess::recv(ch, out);
 }
@@ -145,11 +148,22 @@ inline int select(std::initializer_list<SelectCase> cases, std::stop_token st = 
 }
 /// As select(), waiting at most `d`: kSelectTimedOut if no case happened.
 template <class Rep, class Period>
+int select_for(std::span<const SelectCase> cases, const std::chrono::duration<Rep, Period>& d, std::stop_token st = {}) {
+  return detail::select_impl(cases.data(), cases.size(), detail::deadline_after(d) | 1, &st);
+}
+/// select_for() over a braced list of cases.
+template <class Rep, class Period>
 int select_for(std::initializer_list<SelectCase> cases, const std::chrono::duration<Rep, Period>& d,
                std::stop_token st = {}) {
   return detail::select_impl(cases.begin(), cases.size(), detail::deadline_after(d) | 1, &st);
 }
 /// As select(), waiting until `t` at the latest: kSelectTimedOut if no case happened.
+template <class Clock, class Duration>
+int select_until(std::span<const SelectCase> cases, const std::chrono::time_point<Clock, Duration>& t,
+                 std::stop_token st = {}) {
+  return detail::select_impl(cases.data(), cases.size(), detail::deadline_at(t) | 1, &st);
+}
+/// select_until() over a braced list of cases.
 template <class Clock, class Duration>
 int select_until(std::initializer_list<SelectCase> cases, const std::chrono::time_point<Clock, Duration>& t,
                  std::stop_token st = {}) {
@@ -157,6 +171,8 @@ int select_until(std::initializer_list<SelectCase> cases, const std::chrono::tim
 }
 /// The case that is ready now, chosen at random among those that are (Go's
 /// `select` with a `default`), or kSelectNone.
+inline int try_select(std::span<const SelectCase> cases) { return detail::select_impl(cases.data(), cases.size(), 0, nullptr); }
+/// try_select() over a braced list of cases.
 inline int try_select(std::initializer_list<SelectCase> cases) {
   return detail::select_impl(cases.begin(), cases.size(), 0, nullptr);
 }

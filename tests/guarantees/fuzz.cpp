@@ -194,6 +194,7 @@ int main(int argc, char** argv) {
   const auto start = Clock::now();
   auto last_progress = start;
   std::uint64_t ran = 0, fibers = 0, events = 0, checks = 0, failed = 0;
+  std::uint64_t selects[6] = {};
   std::vector<std::string> failure_text;
   for (std::uint64_t i = 0;; ++i) {
     if (programs > 0 && i >= static_cast<std::uint64_t>(programs)) break;
@@ -218,6 +219,7 @@ int main(int argc, char** argv) {
       fibers += o.fibers;
       events += o.events;
       checks += o.oracle_checks;
+      for (int k = 0; k < 6; ++k) selects[k] += o.selects[k];
       if (!o.ok()) {
         program_failed = true;
         std::string text = "FAILED (" + std::to_string(o.failure_count) + " problem(s), run " + std::to_string(r + 1) +
@@ -239,18 +241,21 @@ int main(int argc, char** argv) {
   }
   const double took = std::chrono::duration<double>(Clock::now() - start).count();
   const std::uint64_t last_seed = seed + (ran ? (ran - 1) / static_cast<std::uint64_t>(repeat) : 0);
+  std::uint64_t select_total = 0;
+  for (std::uint64_t k : selects) select_total += k;
+  auto u = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
   std::printf("coresched-fuzz: %llu programs (seeds %llu..%llu, x%d), %llu fibers, %llu events, %llu oracle checks, "
+              "%llu selects (%llu recv, %llu send, %llu event, %llu timed out, %llu stopped, %llu none), "
               "topology %s%s%s, %llu failed, %.1f s\n",
-              static_cast<unsigned long long>(ran), static_cast<unsigned long long>(seed),
-              static_cast<unsigned long long>(last_seed), repeat, static_cast<unsigned long long>(fibers),
-              static_cast<unsigned long long>(events), static_cast<unsigned long long>(checks), topology.c_str(), without_list.empty() ? "" : ", without ",
-              without_list.c_str(),
-              static_cast<unsigned long long>(failed), took);
+              u(ran), u(seed), u(last_seed), repeat, u(fibers), u(events), u(checks), u(select_total), u(selects[0]),
+              u(selects[1]), u(selects[2]), u(selects[3]), u(selects[4]), u(selects[5]), topology.c_str(),
+              without_list.empty() ? "" : ", without ", without_list.c_str(), u(failed), took);
   if (!json.empty()) {
     std::ofstream out(json);
     out << "{\"topology\": \"" << json_escape(topology) << "\", \"first_seed\": " << seed << ", \"last_seed\": "
         << last_seed << ", \"repeat\": " << repeat << ", \"programs\": " << ran << ", \"fibers\": " << fibers
-        << ", \"events\": " << events << ", \"oracle_checks\": " << checks << ", \"failed\": " << failed
+        << ", \"events\": " << events << ", \"oracle_checks\": " << checks << ", \"selects\": " << select_total
+        << ", \"failed\": " << failed
         << ", \"seconds\": " << took << ", \"failures\": [";
     for (std::size_t k = 0; k < failure_text.size(); ++k)
       out << (k ? ", " : "") << "\"" << json_escape(failure_text[k]) << "\"";

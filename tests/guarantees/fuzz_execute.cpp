@@ -87,7 +87,8 @@ std::uint64_t triangle(int n) { return static_cast<std::uint64_t>(n) * static_ca
 } // namespace
 
 struct Execution::Impl {
-  explicit Impl(const Program& prog) : p(prog), recs(std::make_unique<Rec[]>(prog.fibers.size())) {
+  explicit Impl(const Program& prog)
+      : p(prog), recs(std::make_unique<Rec[]>(prog.fibers.size())), room(std::make_unique<SelectRoom>(prog)) {
     for (int i = 0; i < prog.mutexes; ++i) mutexes.push_back(std::make_unique<Mutex>());
     for (int u : prog.semaphore_units) sems.push_back(std::make_unique<Semaphore>(u));
   }
@@ -121,6 +122,7 @@ struct Execution::Impl {
   std::vector<std::unique_ptr<Semaphore>> sems;
   std::atomic<int> mutex_holder[8]{};
   std::atomic<int> sem_holders[8]{};
+  std::unique_ptr<SelectRoom> room; // the channels and events select ops share (fuzz_select.cpp)
   int idle_pipe[2] = {-1, -1}; // never written: long waits read it until shutdown cancels them
   std::atomic<std::uint64_t> events{0}, failure_count{0};
   mutable std::mutex fail_mu;
@@ -347,6 +349,7 @@ struct Execution::Impl {
       break;
     case OpKind::channel: channel(s, self, op); break;
     case OpKind::timed_wait: timed_wait(s, self, op); break;
+    case OpKind::select: select_op(s, self, op); break;
     case OpKind::blocking_call: {
       const bool pinned = p.fibers[static_cast<std::size_t>(self)].pin.has_value();
       const std::string e = run_blocking_call(s, op, value_of(self), pinned);
@@ -460,6 +463,19 @@ struct Execution::Impl {
     }
     default: fail("unknown timed wait kind " + std::to_string(op.c)); break;
     }
+  }
+
+  // Selects over the program's shared channels and events (fuzz_select.cpp),
+  // beside a peer (if the op has one) that selects over the mirrored cases.
+  [[gnu::noinline]] void select_op(Scope& s, int self, const Op& op) {
+    JoinHandle<Result> h;
+    if (op.child >= 0)
+      h = at(s, self, __LINE__, [&] {
+        return spawn_fiber(op.child, expected_cookie(op.child, &s), const_cast<Op*>(&op), false);
+      });
+    const std::string e = room->run(s, op, false, recs[static_cast<std::size_t>(self)].line);
+    if (!e.empty()) fail(who(self) + ": " + e);
+    if (op.child >= 0) check_join(&s, self, h, op.child, value_of(op.child));
   }
 
   [[gnu::noinline]] void channel(Scope& s, int self, const Op& op) {
@@ -579,6 +595,11 @@ struct Execution::Impl {
       return static_cast<std::uint64_t>(pc.items);
     }
     case Role::group_member: static_cast<WaitGroup*>(ctx)->done(); break; // its last touch of the group
+    case Role::select_peer: {
+      const std::string e = room->run(s, *static_cast<const Op*>(ctx), true, recs[static_cast<std::size_t>(self)].line);
+      if (!e.empty()) fail(who(self) + ": " + e);
+      break;
+    }
     case Role::latch_member: at(s, self, __LINE__, [&] { static_cast<Latch*>(ctx)->arrive_and_wait(); }); break;
     }
     return value_of(self);
@@ -653,6 +674,7 @@ Outcome Execution::Impl::run() {
     return true;
   };
   while (!settled()) std::this_thread::sleep_for(200us);
+  if (const std::string e = room->settle(); !e.empty()) fail(e); // every select has returned
   rivals_stop.store(true);
   for (auto& r : rivals) r.join();
   std::this_thread::sleep_for(2ms); // the waiters announced themselves just before waiting
@@ -675,6 +697,7 @@ Outcome Execution::Impl::run() {
   o.fibers = p.fibers.size();
   o.events = events.load();
   o.oracle_checks = oracle->checks.load();
+  room->count(o.selects);
   return o;
 }
 
@@ -694,7 +717,9 @@ std::string Execution::Impl::pending() const {
                      : op == -2         ? "joining its children / role action / final wait"
                      : op >= 0          ? "in op " + std::to_string(op) + " (" + to_string(f.ops[static_cast<std::size_t>(op)].kind) + ")"
                                         : "starting";
-    if (const int line = r.line.load()) at += ", waiting at fuzz_execute.cpp:" + std::to_string(line);
+    if (const int line = r.line.load(); line >= SelectRoom::kSelectLine)
+      at += ", waiting at fuzz_select.cpp:" + std::to_string(line - SelectRoom::kSelectLine);
+    else if (line) at += ", waiting at fuzz_execute.cpp:" + std::to_string(line);
     if (r.long_waiting.load()) at += ", waiting for shutdown";
     s += "  " + who(static_cast<int>(i)) + " cookie " + std::to_string(r.cookie.load()) + ": " + at + "\n";
   }

@@ -34,6 +34,7 @@ const char* to_string(OpKind k) noexcept {
   case OpKind::timed_wait: return "timed_wait";
   case OpKind::fiber_local: return "fiber_local";
   case OpKind::blocking_call: return "blocking_call";
+  case OpKind::select: return "select";
   }
   return "?";
 }
@@ -73,6 +74,7 @@ public:
     p_.mutexes = 1 + rng_.below(3);
     for (int i = 0, n = 1 + rng_.below(2); i < n; ++i) p_.semaphore_units.push_back(1 + rng_.below(2));
     budget_ = 20 + rng_.below(180);
+    shared_for_select();
     auto& o = p_.options;
     o.stall_threshold = std::chrono::milliseconds(0); // burns are deliberate; two PUs share each CPU here
     o.slice = std::chrono::microseconds(100 + 100 * rng_.below(10));
@@ -89,6 +91,14 @@ public:
       p_.roots.push_back({fiber(-1, 0, Role::normal, joined ? JoinMode::now : JoinMode::detach_option), joined});
     }
     if (on(f_runtimes)) split_runtimes();
+  }
+
+  // The channels and events select ops meet over. From a stream of its own,
+  // so that the rest of a seed's program does not depend on them.
+  void shared_for_select() {
+    Rng rng(p_.seed ^ 0x5E1EC7u);
+    for (int i = 0, n = 1 + rng.below(3); i < n; ++i) p_.select_channels.push_back(rng.below(4));
+    p_.select_events = 1 + rng.below(2);
   }
 
   // Half of the programs on machines of two cores or more run on two
@@ -249,7 +259,15 @@ private:
       o.b = rng_.below(200);
       if (o.c == timed_mutex || o.c == timed_semaphore)
         for (int i = 0, n = 1 + rng_.below(3); i < n; ++i) o.inner.push_back(simple());
-    } else if (pick < 92) {
+    } else if (pick < 88) {
+      if (!on(f_select)) return simple();
+      o.kind = OpKind::select;
+      o.a = 1 + rng_.below(6);
+      o.b = rng_.below(300);
+      o.c = rng_.below(kSelectBounds);
+      for (int i = 0, n = rng_.below(5); i < n; ++i) o.cases.push_back(select_case());
+      if (rng_.chance(70)) o.child = child(Role::select_peer, JoinMode::now);
+    } else if (pick < 95) {
       if (!on(f_catch)) return simple();
       o.kind = OpKind::throw_catch;
       o.a = rng_.below(static_cast<int>(p_.cookies.size()));
@@ -261,6 +279,18 @@ private:
       o.a = rng_.below(300);
     }
     return o;
+  }
+
+  // Mostly cases over the shared objects, which other fibers' selects (the
+  // peer's above all) make ready; now and then one that is always ready.
+  int select_case() {
+    const int pick = rng_.below(100);
+    const int kind = pick < 32 ? sc_recv : pick < 64 ? sc_send : pick < 84 ? sc_event : pick < 91 ? sc_never
+                   : pick < 94 ? sc_ready : pick < 97 ? sc_closed_recv : sc_closed_send;
+    const int index = kind == sc_recv || kind == sc_send ? rng_.below(static_cast<int>(p_.select_channels.size()))
+                      : kind == sc_event                 ? rng_.below(p_.select_events)
+                                                         : 0;
+    return kind * 8 + index;
   }
 
   bool on(Feature f) const noexcept { return (without_ & f) == 0; }
@@ -290,6 +320,7 @@ constexpr std::pair<const char*, Feature> kFeatures[] = {
     {"latch", f_latch},         {"io-sleep", f_io_sleep}, {"set-cookie", f_set_cookie}, {"detach", f_detach},
     {"join-now", f_join_now},   {"runtimes", f_runtimes}, {"weights", f_weights},
     {"timed", f_timed},         {"fiber-local", f_fiber_local}, {"blocking", f_blocking},
+    {"select", f_select},
 };
 } // namespace
 
@@ -350,16 +381,21 @@ std::string op_text(const Op& o) {
   if (o.kind == OpKind::spawn) t += std::string(" ") + to_string(o.join);
   for (int m : o.members) t += " member=" + std::to_string(m);
   for (const Op& in : o.inner) t += " [" + op_text(in) + "]";
+  static constexpr const char* kCases[] = {"recv", "send", "event", "never", "ready", "closed-recv", "closed-send"};
+  for (int c : o.cases) t += std::string(" case=") + kCases[c / 8] + (c / 8 <= sc_event ? std::to_string(c % 8) : "");
   return t + ")";
 }
 } // namespace
 
 std::string Program::dump() const {
   static constexpr const char* kRoles[] = {"normal", "channel peer", "event peer", "pipe peer", "group member",
-                                           "latch member"};
+                                           "latch member", "select peer"};
   static constexpr const char* kWaits[] = {"", " ends waiting (sleep)", " ends waiting (io read)",
                                            " ends waiting (io sleep)"};
   std::string s = describe() + "\n";
+  s += "select: " + std::to_string(select_events) + " shared event(s), shared channels of capacity";
+  for (int c : select_channels) s += " " + std::to_string(c);
+  s += "\n";
   for (const auto& r : rivals)
     s += "rival: cookie " + std::to_string(r.cookie) + (r.pin ? ", pinned to PU " + std::to_string(*r.pin) : "") + "\n";
   for (const auto& r : roots) s += "root fiber " + std::to_string(r.fiber) + (r.joined ? " joined by main\n" : " detached\n");

@@ -45,6 +45,7 @@ enum class OpKind : std::uint8_t {
   timed_wait,   // c = what (TimedWaitKind), a = mutex/semaphore index, b = microseconds; `inner` runs holding it
   fiber_local,  // gives the fiber a FiberLocal value `a` (destroying its last); checked after every op and at its end
   blocking_call, // a = microseconds burnt in the call, b = microseconds it sleeps, c = what it does (CallKind)
+  select,       // a = rounds, b = microseconds, c = how each ends (SelectBound), `cases`; `child` (if any) the peer
 };
 /// Op::c of timed_wait: a timed lock or acquire (either outcome is right),
 /// a timed wait on something never ready (must time out, never early), or a
@@ -53,10 +54,20 @@ enum TimedWaitKind : int { timed_mutex, timed_semaphore, timed_event, timed_recv
 /// Op::c of blocking_call: the call returns a value, throws, or makes a
 /// nested blocking_call (which runs in place, on the helper thread).
 enum CallKind : int { call_value, call_throw, call_nested, kCallKinds };
+/// A case of a select op (Op::cases holds kind * 8 + index): a receive from
+/// or a send on the program's shared channel `index`, its shared event
+/// `index` (the peer sets it before its select: no case there), or, over
+/// objects of the op's own, an event never set, an event always set, a
+/// receive from and a send on a closed channel (those three are always ready).
+enum SelectCaseKind : int { sc_recv, sc_send, sc_event, sc_never, sc_ready, sc_closed_recv, sc_closed_send, kSelectCaseKinds };
+/// Op::c of select: each round is a select_for(b us), a select_until(now + b
+/// us), a try_select, or a select with no deadline whose stop token a plain
+/// thread stops b us into the op.
+enum SelectBound : int { sb_for, sb_until, sb_try, sb_stop, kSelectBounds };
 const char* to_string(OpKind k) noexcept;
 
 enum class JoinMode : std::uint8_t { now, later, drop, detach_option, detach_call };
-enum class Role : std::uint8_t { normal, channel_peer, event_peer, pipe_peer, group_member, latch_member };
+enum class Role : std::uint8_t { normal, channel_peer, event_peer, pipe_peer, group_member, latch_member, select_peer };
 /// How a detached fiber ends: waiting until shutdown cancels the wait, or not.
 enum class LongWait : std::uint8_t { none, sleep, io_read, io_sleep };
 /// What a fiber does inside its catch block (Op::b of throw_catch).
@@ -69,6 +80,7 @@ struct Op {
   JoinMode join = JoinMode::now;
   std::vector<int> members;
   std::vector<Op> inner; // simple operations only (no waits on others)
+  std::vector<int> cases; // select: SelectCaseKind * 8 + the shared channel's or event's index
 };
 
 struct FiberSpec {
@@ -105,6 +117,10 @@ struct Program {
   std::vector<Rival> rivals;
   int mutexes = 1;
   std::vector<int> semaphore_units;
+  /// What select ops meet over: channels of these capacities (0:
+  /// unbuffered), never closed, and events; shared by the whole program.
+  std::vector<int> select_channels;
+  int select_events = 1;
   /// Options::cpus of each runtime when the program has two, on cores of
   /// their own (both empty: one runtime). Fibers spawn into either, from
   /// either; pinned fibers and rivals stay in the first.
@@ -140,6 +156,7 @@ enum Feature : std::uint32_t {
   f_timed = 1u << 19,      // timed and stoppable waits
   f_fiber_local = 1u << 20, // FiberLocal values, and their destructors at the fiber's end
   f_blocking = 1u << 21,   // blocking_call: calls on helper threads, stamped for their caller's core
+  f_select = 1u << 22,     // select over the program's shared channels and events, bounded by time or a stop token
 };
 /// Parses "stack,catch,..." into Feature bits; throws std::invalid_argument naming a bad one.
 std::uint32_t parse_features(const std::string& csv);
@@ -154,11 +171,38 @@ Program generate(std::uint64_t seed, const std::string& topology, unsigned pus, 
 /// returns (or throws) `value`. Returns what went wrong, empty if nothing did.
 std::string run_blocking_call(guarantees::Scope& s, const Op& op, std::uint64_t value, bool pinned);
 
+/// The program's shared channels and events that its select ops meet over
+/// (fuzz_select.cpp), and the ledger of the items that went through them.
+class SelectRoom {
+public:
+  explicit SelectRoom(const Program& p);
+  ~SelectRoom();
+  SelectRoom(const SelectRoom&) = delete;
+  SelectRoom& operator=(const SelectRoom&) = delete;
+  /// Runs a select op from the fiber whose interval is `s` (`peer`: the
+  /// op's peer, with the mirrored cases); `where` holds the source line
+  /// (offset by kSelectLine) of the select it waits in, for the watchdog.
+  /// Returns what went wrong, empty if nothing did.
+  std::string run(guarantees::Scope& s, const Op& op, bool peer, std::atomic<int>& where);
+  /// Once no select runs: drains the shared channels and checks that every
+  /// item sent was received exactly once. Returns what went wrong.
+  std::string settle();
+  /// Adds how the selects ended to `out` (as Outcome::selects).
+  void count(std::uint64_t (&out)[6]) const;
+  /// Added to a fuzz_select.cpp line in `where`, to tell it from fuzz_execute.cpp's.
+  static constexpr int kSelectLine = 100000;
+  struct Impl;
+
+private:
+  std::unique_ptr<Impl> impl_;
+};
+
 /// What one run of a program found.
 struct Outcome {
   std::vector<std::string> failures; // the first few, one line each
   std::uint64_t failure_count = 0;
   std::uint64_t fibers = 0, events = 0, oracle_checks = 0;
+  std::uint64_t selects[6] = {}; // selects that ended by a recv, a send, an event, a timeout, a stop, nothing ready
   bool ok() const noexcept { return failure_count == 0; }
 };
 
