@@ -4,14 +4,19 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <condition_variable>
+#include <fcntl.h>
 #include <fstream>
 #include <mutex>
+#include <sys/stat.h>
 #include <thread>
+#include <unistd.h>
 
 namespace coresched::bench {
 
@@ -331,22 +336,52 @@ void write_run_head(JsonWriter& j, std::string_view bench, const Runtime& rt) {
   j.field("slice_us", static_cast<std::uint64_t>(o.slice.count()));
 }
 
-bool can_write(const std::string& path, std::string& err) {
-  std::ofstream f(path, std::ios::binary | std::ios::app);
-  if (f) return true;
-  err = fmt::format("cannot write {}: {}", path, std::strerror(errno));
+namespace {
+
+// Whether `path` is written in place: it exists and is not a plain file (a
+// device such as /dev/stdout, a pipe, a symbolic link), which a rename would
+// replace instead of writing to.
+bool write_in_place(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+}
+
+// The new file write_file() fills before renaming it over `path`: beside it,
+// so that the rename stays on one file system.
+std::string beside(const std::string& path) { return fmt::format("{}.tmp{}", path, ::getpid()); }
+
+bool cannot_write(const std::string& path, int error, std::string& err) {
+  err = fmt::format("cannot write {}: {}", path, std::strerror(error));
   return false;
 }
 
+} // namespace
+
+bool can_write(const std::string& path, std::string& err) {
+  if (write_in_place(path)) {
+    std::ofstream f(path, std::ios::binary | std::ios::app); // it exists: opening it creates nothing
+    return f ? true : cannot_write(path, errno, err);
+  }
+  if (::access(path.c_str(), F_OK) == 0 && ::access(path.c_str(), W_OK) != 0) return cannot_write(path, errno, err);
+  const std::string probe = beside(path);
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) return cannot_write(path, errno, err);
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return true;
+}
+
 bool write_file(const std::string& path, const std::string& text, std::string& err) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  const bool in_place = write_in_place(path);
+  const std::string target = in_place ? path : beside(path);
+  std::ofstream f(target, std::ios::binary | std::ios::trunc);
   if (f) f << text;
   if (f) f.close();
-  if (!f) {
-    err = fmt::format("cannot write {}: {}", path, std::strerror(errno));
-    return false;
-  }
-  return true;
+  const bool renamed = f && (in_place || ::rename(target.c_str(), path.c_str()) == 0);
+  if (renamed) return true;
+  const int error = errno;
+  if (!in_place) ::unlink(target.c_str());
+  return cannot_write(path, error, err);
 }
 
 bool check_json_path(std::string_view bench, const std::string& path) {
@@ -361,6 +396,68 @@ bool save_json(std::string_view bench, const std::string& path, const JsonWriter
   if (path.empty() || write_file(path, j.str(), err)) return true;
   std::fprintf(stderr, "coresched-bench %.*s: %s\n", static_cast<int>(bench.size()), bench.data(), err.c_str());
   return false;
+}
+
+// ------------------------------------------------------------------ interruption
+
+namespace {
+
+// The signal that came (SIGINT or SIGTERM); 0 before. Lock-free, so that the
+// handler may set it.
+std::atomic<int> interrupt_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+// The handler: records the first signal, nothing else (async-signal-safe).
+void on_interrupt(int sig) noexcept {
+  int none = 0;
+  interrupt_signal.compare_exchange_strong(none, sig, std::memory_order_relaxed);
+}
+
+std::string signal_name(int sig) {
+  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : fmt::format("signal {}", sig);
+}
+
+// 7 as "7", 12.34 as "12.3".
+std::string amount(double v) { return v == std::floor(v) ? fmt::format("{:.0f}", v) : fmt::format("{:.1f}", v); }
+
+} // namespace
+
+void catch_interrupts() {
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART | SA_RESETHAND; // blocking calls go on; the next one of the same signal ends the process
+  for (const int sig : {SIGINT, SIGTERM}) {
+    struct sigaction old {};
+    // A signal ignored from the start (nohup, a background job of a non-interactive shell) stays ignored.
+    if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    ::sigaction(sig, &sa, nullptr);
+  }
+}
+
+bool interrupted() noexcept { return interrupt_signal.load(std::memory_order_relaxed) != 0; }
+
+int exit_status(int status) noexcept {
+  const int sig = interrupt_signal.load(std::memory_order_relaxed);
+  return sig && status == 0 ? 128 + sig : status;
+}
+
+void print_interrupted(const Progress& p, std::FILE* to) {
+  const int sig = interrupt_signal.load(std::memory_order_relaxed);
+  if (!sig) return;
+  std::fprintf(to, "# interrupted by %s after %s of %s %s: the results are those gathered until then\n",
+               signal_name(sig).c_str(), amount(p.done).c_str(), amount(p.planned).c_str(), p.unit.c_str());
+  std::fflush(to);
+}
+
+void write_interrupted(JsonWriter& j, const Progress& p) {
+  const int sig = interrupt_signal.load(std::memory_order_relaxed);
+  if (!sig) {
+    j.key("interrupted").null();
+    return;
+  }
+  j.key("interrupted").begin_object().field("signal", signal_name(sig)).field("done", p.done);
+  j.field("planned", p.planned).field("unit", p.unit).end_object();
 }
 
 } // namespace coresched::bench

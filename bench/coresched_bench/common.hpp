@@ -10,6 +10,7 @@
 #include <coresched/coresched.hpp>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -179,11 +180,17 @@ void write_io_backend(JsonWriter& j, const Runtime& rt);
 /// policy, wakeup_placement and slice_us.
 void write_run_head(JsonWriter& j, std::string_view bench, const Runtime& rt);
 
-/// Checks before a long benchmark that the result file can be written (opens
-/// it for append: an existing file is left as it is until the final write).
+/// Checks before a long benchmark that the result file can be written: its
+/// directory takes a new file (write_file() writes one there and renames it),
+/// and an existing file is writable. Creates nothing: an existing file is left
+/// as it is, and none appears, until the final write.
 bool can_write(const std::string& path, std::string& err);
 
-/// Writes text to a file; on failure returns false with the reason in `err`.
+/// Writes text to a file, whole or not at all: to a new file beside it, then
+/// renamed over it, so a run ended while writing (a second Ctrl-C) never leaves
+/// it empty or cut short. A path that exists and is not a plain file
+/// (/dev/stdout, a pipe, a symbolic link) is written in place. On failure
+/// returns false with the reason in `err`.
 bool write_file(const std::string& path, const std::string& text, std::string& err);
 
 /// can_write() for an optional --json path (empty: nothing to check); prints
@@ -194,6 +201,40 @@ bool check_json_path(std::string_view bench, const std::string& path);
 /// the reason on failure.
 bool save_json(std::string_view bench, const std::string& path, const JsonWriter& j);
 
+// ------------------------------------------------------------------ interruption
+
+/// Makes SIGINT (Ctrl-C) and SIGTERM set a flag instead of ending the process,
+/// so that a command stopped early still prints, and writes to --json, what
+/// it gathered. main() calls it once, before the subcommand runs. The handler
+/// only sets the flag, and fires once per signal (SA_RESETHAND): a second
+/// Ctrl-C ends the process at once, as if nothing were caught.
+void catch_interrupts();
+
+/// Whether SIGINT or SIGTERM came. Long loops check it and stop early; the
+/// command then reports what it has and says how far it got.
+bool interrupted() noexcept;
+
+/// The exit status of a command that returned `status`: after an interrupt,
+/// 128 + the signal (130 for SIGINT, as a shell reports a process the signal
+/// ended), unless the command failed for a reason of its own.
+int exit_status(int status) noexcept;
+
+/// How far a command got: `done` of `planned` `unit`.
+struct Progress {
+  double done = 0;    ///< runs that finished, or seconds measured
+  double planned = 0; ///< what the command line asked for
+  std::string unit;   ///< "runs", "s", "wake rounds"
+};
+
+/// After an interrupt, says so as a header line: "# interrupted by SIGINT
+/// after 7 of 30 runs: the results are those gathered until then" (on stdout
+/// unless `to` says otherwise). Nothing otherwise.
+void print_interrupted(const Progress& p, std::FILE* to = stdout);
+
+/// The "interrupted" field of a result file: null, or after an interrupt
+/// {"signal", "done", "planned", "unit"}.
+void write_interrupted(JsonWriter& j, const Progress& p);
+
 // ------------------------------------------------------------------ driver
 
 /// The shape of a benchmark that measures once per runtime variant (--compare
@@ -202,7 +243,9 @@ bool save_json(std::string_view bench, const std::string& path, const JsonWriter
 /// CPUs); on the first, prints the header (`header`) and writes the JSON head;
 /// measures each (`measure`, which prints its own result); then `finish`
 /// prints any comparison and writes the rest of the JSON, returning whether
-/// the results are sound. Returns the exit status.
+/// the results are sound. After an interrupt it starts no further variant,
+/// and leaves out a result without runs (where R has `runs`), so `finish`
+/// sees only what was measured. Returns the exit status.
 template <class R>
 int run_variants(std::string_view bench, const std::string& json_path, const std::vector<Options>& variants,
                  const std::function<void(const Runtime&)>& header, const std::function<R(Runtime&)>& measure,
@@ -211,13 +254,18 @@ int run_variants(std::string_view bench, const std::string& json_path, const std
   JsonWriter j;
   j.begin_object();
   std::vector<R> results;
+  bool first = true;
   for (const auto& o : variants) {
+    if (!first && interrupted()) break;
     Runtime rt(o);
-    if (results.empty()) {
+    if (std::exchange(first, false)) {
       header(rt);
       write_run_head(j, bench, rt);
     }
-    results.push_back(measure(rt));
+    R r = measure(rt);
+    if constexpr (requires { r.runs.empty(); })
+      if (r.runs.empty()) continue;
+    results.push_back(std::move(r));
   }
   const bool sound = finish(j, results);
   j.end_object();

@@ -157,13 +157,14 @@ ClientResult client(Channel<Clock::time_point>& ch, const std::vector<unsigned c
 }
 
 /// The waker: sleeps a random interval, then stamps and sends to each client
-/// in turn (a stamp per send, so each client's delay is its own). Closes the
-/// channels at the end, which ends the clients. Returns the rounds done.
+/// in turn (a stamp per send, so each client's delay is its own), until the
+/// time or the rounds are up, or an interrupt. Closes the channels at the
+/// end, which ends the clients. Returns the rounds done.
 std::uint64_t waker(std::vector<std::unique_ptr<Channel<Clock::time_point>>>& chans, const Shape& s,
                     Clock::time_point deadline) {
   WakeIntervals intervals(s);
   std::uint64_t round = 0;
-  for (; !s.rounds || round < *s.rounds; ++round) {
+  for (; (!s.rounds || round < *s.rounds) && !interrupted(); ++round) {
     const auto at = Clock::now() + intervals.next();
     if (!s.rounds && at > deadline) break;
     this_fiber::sleep_until(at);
@@ -276,7 +277,7 @@ void write_figures(JsonWriter& j, const Measurement& m) {
 }
 
 JsonWriter write_json(const Settings& s, const Runtime& rt, const Measurement& m, const Measurement* threads,
-                      std::size_t compressed, bool load_exited_early) {
+                      std::size_t compressed, bool load_exited_early, const Progress& progress) {
   JsonWriter j;
   j.begin_object();
   write_run_head(j, "latt", rt);
@@ -300,6 +301,7 @@ JsonWriter write_json(const Settings& s, const Runtime& rt, const Measurement& m
   } else {
     j.key("threads").null();
   }
+  write_interrupted(j, progress);
   j.end_object();
   return j;
 }
@@ -320,7 +322,7 @@ int run(const Settings& s) {
   if (!s.load_cmd.empty()) load = std::make_unique<LoadProcess>(s.load_cmd);
   const Measurement m = measure(rt, s, in, compressed);
   std::optional<Measurement> threads;
-  if (s.compare_threads) {
+  if (s.compare_threads && !interrupted()) {
     // The runtime's workers sleep meanwhile (nothing is queued): the threads have the CPUs to themselves.
     std::atomic<std::uint64_t> entries{0};
     const double expected_s = s.rounds ? static_cast<double>(*s.rounds) * (s.min_wait_ms + s.max_wait_ms) / 2000
@@ -331,6 +333,11 @@ int run(const Settings& s) {
   const bool exited_early = load && load->stop();
   if (exited_early)
     std::fprintf(stderr, "coresched-bench latt: note: the load command exited before the measurement ended\n");
+  const double ways = s.compare_threads ? 2 : 1;
+  Progress progress{m.elapsed_s, s.time_s * ways, "s"};
+  if (s.rounds) progress = {static_cast<double>(m.rounds), static_cast<double>(*s.rounds) * ways, "wake rounds"};
+  if (threads) progress.done += s.rounds ? static_cast<double>(threads->rounds) : threads->elapsed_s;
+  print_interrupted(progress);
   std::fputs(render(threads ? "coresched fibers\n" : "", s, m).c_str(), stdout);
   if (threads) {
     std::fputs(render("kernel threads (the same work, clients blocked on pipes)\n", s, *threads).c_str(), stdout);
@@ -338,7 +345,8 @@ int run(const Settings& s) {
   }
   std::fflush(stdout);
 
-  if (!save_json("latt", s.json_path, write_json(s, rt, m, threads ? &*threads : nullptr, compressed, exited_early)))
+  if (!save_json("latt", s.json_path,
+                 write_json(s, rt, m, threads ? &*threads : nullptr, compressed, exited_early, progress)))
     return exit_failure;
   if (threads && threads->bad_outputs) {
     std::fprintf(stderr, "coresched-bench latt: %llu compressions on threads differ from the reference\n",
@@ -361,8 +369,10 @@ namespace coresched::bench {
 Command register_latt(CLI::App& parent) {
   return make_command<latt::Settings>(
       parent, "latt",
-      "Seed 003: wakeup latency of fibers woken by a timer fiber, each through its own channel, and the time of "
-      "their zlib work after waking; idle or beside background load",
+      "How long a sleeping client takes to wake, as the latt tester (Jens Axboe's, from the BFS vs. mainline "
+      "scheduler discussion) measures it: clients woken by a timer fiber at random intervals, each through its own "
+      "channel, report the delay, then compress 64 KiB with zlib; wakeup and work time (Max / Avg / Stdev, as latt "
+      "prints them), idle or beside background load",
       latt::add_options, latt::run);
 }
 

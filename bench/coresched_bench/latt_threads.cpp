@@ -84,7 +84,7 @@ Measurement measure_threads(const Shape& shape, const std::vector<unsigned char>
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(shape.time_s));
   std::thread waker([&] {
     WakeIntervals intervals(shape);
-    for (; !shape.rounds || m.rounds < *shape.rounds; ++m.rounds) {
+    for (; (!shape.rounds || m.rounds < *shape.rounds) && !interrupted(); ++m.rounds) {
       const auto at = Clock::now() + intervals.next();
       if (!shape.rounds && at > deadline) break;
       std::this_thread::sleep_until(at);

@@ -146,7 +146,8 @@ private:
 /// seed's latt runs it: each client a thread blocked in read(2) on its own
 /// pipe, the waker a thread writing a timestamp into each pipe in turn, the
 /// load `shape.load` busy threads; none pinned, so the kernel's scheduler
-/// places them all. `entries` counts finished client rounds (progress).
+/// places them all. `entries` counts finished client rounds (progress). An
+/// interrupt (interrupted(), common.hpp) ends the wake rounds early.
 Measurement measure_threads(const Shape& shape, const std::vector<unsigned char>& in, std::size_t expected,
                             std::atomic<std::uint64_t>& entries);
 

@@ -10,8 +10,9 @@
 
 namespace coresched::bench {
 
-LiveView::LiveView(const Runtime& rt, std::FILE* out, std::chrono::milliseconds interval, bool json)
-    : rt_(rt), out_(out), interval_(interval), json_(json), thread_([this] { loop(); }) {}
+LiveView::LiveView(const Runtime& rt, std::FILE* out, std::chrono::milliseconds interval, bool json,
+                   std::optional<std::chrono::nanoseconds> length)
+    : rt_(rt), out_(out), interval_(interval), json_(json), length_(length), thread_([this] { loop(); }) {}
 
 LiveView::~LiveView() {
   {
@@ -22,20 +23,46 @@ LiveView::~LiveView() {
   thread_.join();
 }
 
+bool LiveView::wait_done(std::chrono::milliseconds timeout) {
+  std::unique_lock lk(mu_);
+  return cv_.wait_for(lk, timeout, [&] { return done_; });
+}
+
+void LiveView::finish() {
+  std::unique_lock lk(mu_);
+  finish_ = true;
+  cv_.notify_all();
+  cv_.wait(lk, [&] { return done_; });
+}
+
+// Frames fall due at fixed times from the start (start + k x interval), so a
+// late frame does not push the later ones back, and the last falls at the
+// length exactly.
 void LiveView::loop() {
-  const auto start = std::chrono::steady_clock::now();
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
   Stats before = rt_.stats();
   auto t0 = start;
   std::unique_lock lk(mu_);
-  while (!cv_.wait_for(lk, interval_, [&] { return stop_; })) {
+  for (std::int64_t k = 1; !done_; ++k) {
+    auto due = start + k * interval_;
+    const bool last = length_ && due >= start + *length_;
+    if (last) due = start + *length_;
+    cv_.wait_until(lk, due, [&] { return stop_ || finish_; });
+    if (stop_) break;
     Stats after = rt_.stats();
-    const auto t1 = std::chrono::steady_clock::now();
-    const std::string f = frame(before, after, seconds(t1 - t0), rt_.topology(), json_, seconds(t1 - start));
-    std::fputs(f.c_str(), out_);
-    std::fflush(out_);
+    const auto t1 = Clock::now();
+    done_ = last || finish_;
+    if (!finish_ || t1 - t0 >= std::chrono::milliseconds(1)) {
+      const std::string f = frame(before, after, seconds(t1 - t0), rt_.topology(), json_, seconds(t1 - start));
+      std::fputs(f.c_str(), out_);
+      std::fflush(out_);
+    }
     before = std::move(after);
     t0 = t1;
   }
+  done_ = true;
+  cv_.notify_all();
 }
 
 namespace {

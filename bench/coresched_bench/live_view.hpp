@@ -21,6 +21,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -29,12 +30,23 @@ namespace coresched::bench {
 class LiveView {
 public:
   /// Starts printing to `out` every `interval`: a plain table, or with `json`
-  /// one JSON object per line.
-  LiveView(const Runtime& rt, std::FILE* out, std::chrono::milliseconds interval, bool json);
+  /// one JSON object per line. With a `length` the view ends by itself: a
+  /// frame at each interval before it and a last one at `length` (of a
+  /// partial interval where `length` is not a multiple of `interval`).
+  LiveView(const Runtime& rt, std::FILE* out, std::chrono::milliseconds interval, bool json,
+           std::optional<std::chrono::nanoseconds> length = std::nullopt);
   /// Stops (and prints nothing more).
   ~LiveView();
   LiveView(const LiveView&) = delete;
   LiveView& operator=(const LiveView&) = delete;
+
+  /// Waits up to `timeout` for the view to end by itself (its `length`);
+  /// true once it has printed its last frame.
+  bool wait_done(std::chrono::milliseconds timeout);
+
+  /// Ends the view now with a last frame, of the time since the one before (a
+  /// partial interval; none if under a millisecond); nothing if it has ended.
+  void finish();
 
   /// One frame of the view for the change from `before` to `after` over
   /// `seconds` (also what the thread prints; public for tests).
@@ -48,9 +60,12 @@ private:
   std::FILE* out_;
   std::chrono::milliseconds interval_;
   bool json_;
+  std::optional<std::chrono::nanoseconds> length_;
   std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
+  std::condition_variable cv_; // the thread waits on it for stop_ or finish_, others for done_
+  bool stop_ = false;          // the destructor: end without a frame
+  bool finish_ = false;        // finish(): end with a frame
+  bool done_ = false;          // the thread printed its last frame
   std::thread thread_; // last: starts once the fields above exist
 };
 

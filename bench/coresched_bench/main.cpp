@@ -9,7 +9,8 @@
 
 int main(int argc, char** argv) {
   using namespace coresched::bench;
-  CLI::App app{"coresched-bench: the benchmarks of the coresched seed documents, run on coresched fibers"};
+  CLI::App app{"coresched-bench: kernel scheduler experiments (core scheduling, wake-up placement, wake-up latency) "
+                "reproduced on coresched fibers; their sources: docs/benchmarks.md"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Help for every subcommand");
   // One entry per benchmark; a new subcommand is one more line here.
@@ -18,9 +19,10 @@ int main(int argc, char** argv) {
                                       register_top(app)};
 
   CLI11_PARSE(app, argc, argv);
+  catch_interrupts(); // Ctrl-C or SIGTERM: the command stops early and reports what it gathered
   try {
     for (const auto& c : commands)
-      if (c.app->parsed()) return c.run();
+      if (c.app->parsed()) return exit_status(c.run());
   } catch (const coresched::TopologyError& e) {
     std::fprintf(stderr, "coresched-bench: topology error: %s\n", e.what());
     return exit_setup;

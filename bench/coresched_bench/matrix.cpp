@@ -224,11 +224,7 @@ void write_json_head(JsonWriter& j, const Settings& s, const Runtime& rt, const 
 }
 
 int run(const Settings& s) {
-  std::string err;
-  if (!s.json_path.empty() && !can_write(s.json_path, err)) {
-    std::fprintf(stderr, "coresched-bench matrix: %s\n", err.c_str());
-    return exit_setup;
-  }
+  if (!check_json_path("matrix", s.json_path)) return exit_setup;
   // A core named with --core is the user's choice: no fallback then.
   const Options opts = runtime_options(s.core ? s.topology : smt_topology("matrix", s.topology), s.policy, {}, s.slice_us);
   auto rt_owner = std::make_unique<Runtime>(opts); // one runtime for every run, as one long-lived process would be
@@ -250,9 +246,16 @@ int run(const Settings& s) {
     if (c.unavailable.empty()) ways.push_back(c.way);
     else std::printf("%s comparison skipped: %s\n", c.key.c_str(), c.unavailable.c_str());
   }
+  std::printf("# expected time: %s\n", expected_time(ways).c_str());
   std::fflush(stdout);
   const auto results = run_ways(ways);
   const auto& rows = results.front();
+  Progress progress{0, 0, "runs"};
+  for (std::size_t w = 0; w < ways.size(); ++w) {
+    progress.planned += planned_runs(ways[w]);
+    for (const auto& row : results[w]) progress.done += static_cast<double>(row.runs.size());
+  }
+  print_interrupted(progress);
   std::fputs(("\n" + render_rows(rows, s.block_bytes)).c_str(), stdout);
   if (const auto shares = render_shares(s, rows, nullptr); !shares.empty()) std::printf("\n%s", shares.c_str());
   std::fflush(stdout);
@@ -269,12 +272,10 @@ int run(const Settings& s) {
     if (!comparisons[k].unavailable.empty()) write_unavailable(j, comparisons[k].key, comparisons[k].unavailable);
     else comparisons[k].report(rows, results[w++], j);
   }
+  write_interrupted(j, progress);
   j.end_object();
 
-  if (!s.json_path.empty() && !write_file(s.json_path, j.str(), err)) {
-    std::fprintf(stderr, "coresched-bench matrix: %s\n", err.c_str());
-    return exit_failure;
-  }
+  if (!save_json("matrix", s.json_path, j)) return exit_failure;
   return checksums_ok(rows, primes) ? 0 : exit_failure;
 }
 
@@ -286,8 +287,10 @@ namespace coresched::bench {
 Command register_matrix(CLI::App& parent) {
   auto s = std::make_shared<matrix::Settings>();
   CLI::App* sub = parent.add_subcommand(
-      "matrix", "Seed 000: sysbench cpu and memory on two siblings of one core; CPU events/s, memory MiB/s and "
-                "forced idle under Alone, nosmt, no tag, cpu tagged, mem tagged and both tagged");
+      "matrix", "How fairly and steadily two tenants share one core: a sysbench cpu loop and a sysbench memory loop "
+                "on the two siblings of one core, as in the original core-scheduling measurements (two pinned 1-thread "
+                "sysbench runs, tagged four ways); cpu events/s, memory MiB/s and forced idle, average and stdev over "
+                "the runs, under Alone, nosmt, no tag, cpu tagged, mem tagged and both tagged");
   matrix::add_options(*sub, *s);
   return {sub, [s] { return matrix::run(*s); }};
 }

@@ -112,7 +112,8 @@ inline std::uint64_t thread_cpu_now_ns() {
 /// Runs `event` until `deadline`, reading the clock every `check_every` events
 /// (the clock costs ~28 ns: fine beside a cpu event, not beside a memory one).
 /// preempt_point() between events lets the runtime switch cookies on the core;
-/// on a plain thread it does nothing.
+/// on a plain thread it does nothing. An interrupt (interrupted()) ends it
+/// early, at the same check: run_ways() then leaves the run out.
 template <class Event>
 Work loop_until(std::chrono::steady_clock::time_point deadline, unsigned check_every, Event&& event) {
   Work w;
@@ -124,7 +125,7 @@ Work loop_until(std::chrono::steady_clock::time_point deadline, unsigned check_e
     }
     w.events += check_every;
     w.end = std::chrono::steady_clock::now();
-    if (w.end >= deadline) {
+    if (w.end >= deadline || interrupted()) {
       w.thread_cpu_ns = thread_cpu_now_ns() - cpu_start;
       return w;
     }
@@ -216,8 +217,18 @@ struct Way {
 /// machine whose speed drifts (an emulated guest on a busy host read the same
 /// loop 2x apart in phases a minute apart) then slows every way alike, and a
 /// ratio between ways compares runs made seconds apart. Returns one list of
-/// rows per way, in the order given.
+/// rows per way, in the order given. After an interrupt (interrupted()) it
+/// starts no further run and leaves out the run it cut short, and the rows
+/// hold only the runs that finished (a configuration with none is left out).
 std::vector<std::vector<Row>> run_ways(const std::vector<Way>& ways);
+
+/// The runs run_ways() makes of one way: its configurations x its runs.
+unsigned planned_runs(const Way& way);
+
+/// How long run_ways() should take, for the header: "about 30 min (6
+/// configurations x 10 runs x 30 s)", with each comparison's part where there
+/// are several ways ("ours: ...; kernel: 6 x 10 x 30 s").
+std::string expected_time(const std::vector<Way>& ways);
 
 /// The result table: config, cpu ev/s avg and stdev, mem MiB/s avg and stdev,
 /// forced-idle %.

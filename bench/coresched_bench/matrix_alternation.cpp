@@ -60,9 +60,9 @@ private:
 static_assert(sizeof(std::atomic<int>) == sizeof(int), "the futex word is the atomic itself");
 
 /// Runs `batch` (a loop_until with a deadline) in turns of `turn` until
-/// `deadline`, adding the work of each. Returns the ns its turns lasted,
-/// counted from the moment the other handed over, as the runtime counts a
-/// cookie's hold on the core from the moment it changed.
+/// `deadline` or an interrupt, adding the work of each. Returns the ns its
+/// turns lasted, counted from the moment the other handed over, as the runtime
+/// counts a cookie's hold on the core from the moment it changed.
 template <class Batch>
 std::uint64_t take_turns(Baton& baton, int me, Clock::time_point deadline, Clock::duration turn, Work& total,
                          Batch&& batch) {
@@ -75,7 +75,7 @@ std::uint64_t take_turns(Baton& baton, int me, Clock::time_point deadline, Clock
     total.end = w.end;
     total.thread_cpu_ns += w.thread_cpu_ns;
     held += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(w.end - start).count());
-    baton.hand(w.end >= deadline ? Baton::kDone : 1 - me, w.end);
+    baton.hand(w.end >= deadline || interrupted() ? Baton::kDone : 1 - me, w.end);
   }
   return held;
 }

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -121,15 +122,21 @@ public:
   /// Reads the outputs of `ps` to their ends and waits for them; false (with `err`) if one could not start or
   /// failed. Meanwhile every 50 ms it samples core_forceidle_sum of each of their threads
   /// (/proc/PID/task/TID/sched: /proc/PID/sched is the main thread's alone, and sysbench works on another), so
-  /// `forceidle` misses at most the last 50 ms of a worker thread's run.
+  /// `forceidle` misses at most the last 50 ms of a worker thread's run. After an interrupt it ends them
+  /// (SIGTERM) instead of waiting out their run.
   static bool finish_all(const std::vector<TaggedProcess*>& ps, std::string& err) {
     for (auto* p : ps)
       if (p->pid_ <= 0 || p->fd_ < 0) { err = fmt::format("cannot start `{}`: {}", p->command(), std::strerror(errno)); return false; }
+    bool ended = false;
     for (;;) {
       std::vector<pollfd> fds;
       for (auto* p : ps)
         if (p->fd_ >= 0) fds.push_back({p->fd_, POLLIN, 0});
       if (fds.empty()) break;
+      if (!ended && interrupted()) {
+        for (auto* p : ps) ::kill(p->pid_, SIGTERM);
+        ended = true;
+      }
       ::poll(fds.data(), fds.size(), 50);
       for (auto* p : ps) {
         p->sample();
@@ -213,7 +220,10 @@ Run run_sysbench(const TaggedTools& t, const Settings& s, const Place& p, const 
   std::string err;
   std::vector<TaggedProcess*> ps{&cpu};
   if (mem) ps.push_back(&*mem);
-  if (!TaggedProcess::finish_all(ps, err)) throw std::runtime_error(err);
+  if (!TaggedProcess::finish_all(ps, err)) {
+    if (interrupted()) return Run{}; // ended by us: run_ways() leaves it out
+    throw std::runtime_error(err);
+  }
   Run r;
   r.siblings = p.siblings;
   r.thread_times = false; // separate processes: their loops' thread times are not ours to read

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace coresched::bench::matrix {
 
 std::optional<double> Run::mem_mib_per_s(std::uint64_t block_bytes) const {
@@ -57,17 +59,56 @@ std::vector<std::vector<Row>> run_ways(const std::vector<Way>& ways) {
   for (const auto& c : configs) {
     for (std::size_t w = 0; w < ways.size(); ++w)
       if (selected(ways[w].settings, c)) rows[w].push_back(Row{&c, {}});
-    for (unsigned i = 1; i <= runs; ++i)
-      for (std::size_t w = 0; w < ways.size(); ++w) {
+    for (unsigned i = 1; i <= runs && !interrupted(); ++i)
+      for (std::size_t w = 0; w < ways.size() && !interrupted(); ++w) {
         if (!selected(ways[w].settings, c)) continue;
         const Settings& s = ways[w].settings;
         progress_begin(ways[w].label, fmt::format("{} run {}/{} ({} s) ...", c.name, i, runs, s.time_s));
-        Row& row = rows[w].back();
-        row.runs.push_back(ways[w].one(c));
-        progress_end(run_result(row.runs.back(), s.block_bytes));
+        const Run r = ways[w].one(c);
+        if (interrupted()) {
+          progress_end(" interrupted: left out");
+          break;
+        }
+        rows[w].back().runs.push_back(r);
+        progress_end(run_result(r, s.block_bytes));
       }
   }
+  for (auto& way_rows : rows) std::erase_if(way_rows, [](const Row& r) { return r.runs.empty(); });
   return rows;
+}
+
+namespace {
+
+unsigned selected_configs(const Settings& s) {
+  unsigned n = 0;
+  for (const auto& c : configs) n += selected(s, c);
+  return n;
+}
+
+std::string about(double s) {
+  if (s < 120) return fmt::format("about {:.0f} s", s);
+  const auto min = static_cast<long long>(std::llround(s / 60));
+  return min < 120 ? fmt::format("about {} min", min) : fmt::format("about {} h {} min", min / 60, min % 60);
+}
+
+} // namespace
+
+unsigned planned_runs(const Way& way) { return selected_configs(way.settings) * way.settings.runs; }
+
+std::string expected_time(const std::vector<Way>& ways) {
+  double total = 0;
+  std::string parts;
+  for (const auto& w : ways) {
+    const Settings& s = w.settings;
+    total += planned_runs(w) * s.time_s;
+    const unsigned n = selected_configs(s);
+    if (parts.empty())
+      parts = fmt::format("{}{} configuration{} x {} run{} x {} s", ways.size() > 1 ? "ours: " : "", n,
+                          n == 1 ? "" : "s", s.runs, s.runs == 1 ? "" : "s", s.time_s);
+    else
+      parts += fmt::format("; {}: {} x {} x {} s", w.label.substr(w.label.find('/') + 1), n, s.runs, s.time_s);
+  }
+  return fmt::format("{} ({})", about(total), parts);
 }
 
 std::string render_rows(const std::vector<Row>& rows, std::uint64_t block_bytes) {

@@ -103,12 +103,13 @@ LatencyRecorder worker(Group& g, unsigned me, std::uint64_t cputime_us, std::ato
 }
 
 /// A message fiber: sleeps sleeptime plus up to 25% jitter, then stamps and
-/// wakes every waiting worker, until the deadline; then releases them all.
+/// wakes every waiting worker, until the deadline (or an interrupt); then
+/// releases them all.
 void messenger(Group& g, const Settings& s, Clock::time_point deadline, unsigned seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<std::uint64_t> jitter(0, s.sleeptime_us / 4);
   std::vector<unsigned> wake;
-  while (Clock::now() < deadline) {
+  while (Clock::now() < deadline && !interrupted()) {
     this_fiber::sleep_for(std::chrono::microseconds(s.sleeptime_us + jitter(rng)));
     {
       std::lock_guard lk(g.m);
@@ -227,8 +228,12 @@ int run(const Settings& s) {
       [&](JsonWriter& j, const std::vector<Result>& rs) {
         if (const auto ratio = p99_ratio(rs))
           std::printf("\np99 ratio mask/scan: %.3f (below 1: the idle mask wakes faster)\n", *ratio);
+        Progress progress{0, s.runtime_s * static_cast<double>(runtimes.size()), "s"};
+        for (const auto& r : rs) progress.done += r.elapsed_s;
+        print_interrupted(progress);
         write_settings(j, s);
         write_results(j, rs);
+        write_interrupted(j, progress);
         return true;
       });
 }
@@ -241,8 +246,9 @@ namespace coresched::bench {
 Command register_schbench(CLI::App& parent) {
   return make_command<schbench::Settings>(
       parent, "schbench",
-      "Seed 001: message fibers wake their workers; percentiles of the wake-up latency, with mask or scan "
-      "wakeup placement (--compare runs both)",
+      "How long a woken fiber waits to run, as schbench measured the idle-CPU mask for wake-up placement in the "
+      "original proposal: message fibers wake their worker fibers, which then burn CPU; percentiles of the wake-up "
+      "latency (p50 to p99.9), with mask or scan wakeup placement (--compare runs both)",
       schbench::add_options, schbench::run);
 }
 

@@ -107,7 +107,7 @@ ComputeResult compute(const GemmInputs& in, Clock::time_point deadline) {
     if (sum != in.checksum) ++r.bad;
     ++r.gemms;
     this_fiber::preempt_point();
-  } while (Clock::now() < deadline);
+  } while (Clock::now() < deadline && !interrupted());
   return r;
 }
 
@@ -159,7 +159,7 @@ struct ClientResult {
 ClientResult client(Link& l, unsigned reads, std::size_t rows, std::uint64_t first_seed, Clock::time_point deadline,
                     std::chrono::microseconds think) {
   ClientResult r;
-  for (std::uint64_t seed = first_seed; Clock::now() < deadline; ++seed) {
+  for (std::uint64_t seed = first_seed; Clock::now() < deadline && !interrupted(); ++seed) {
     auto t0 = Clock::now();
     if (think.count() > 0) {
       t0 += think;
@@ -293,12 +293,19 @@ struct Result {
   }
 };
 
+/// The runs, until an interrupt, which cuts the run under way short: that
+/// one is left out.
 Result measure(Runtime& rt, const Settings& s, const Shared& sh) {
   Result res{rt.options().policy, {}};
   const std::string label = fmt::format("tenants/{}", to_string(res.policy));
-  for (unsigned i = 1; i <= s.runs; ++i) {
+  for (unsigned i = 1; i <= s.runs && !interrupted(); ++i) {
     progress_begin(label, fmt::format("run {}/{} ({} s) ...", i, s.runs, s.time_s));
-    const Run& r = res.runs.emplace_back(run_once(rt, s, sh, std::uint64_t{i} << 56));
+    Run last = run_once(rt, s, sh, std::uint64_t{i} << 56);
+    if (interrupted()) {
+      progress_end(" interrupted: left out");
+      break;
+    }
+    const Run& r = res.runs.emplace_back(std::move(last));
     progress_end(fmt::format(" {:.0f} req/s, latency avg {:.1f} us p95 {:.1f} us, {:.0f} GEMM/s, forced idle {:.1f}%",
                              r.requests_per_s(), r.latency.avg, r.latency.at(95), r.gemms_per_s(), r.forced_idle_pct));
   }
@@ -430,6 +437,9 @@ int run(Settings s) {
       },
       [&](Runtime& rt) { return measure(rt, s, shared); },
       [&](JsonWriter& j, const std::vector<Result>& rs) {
+        Progress progress{0, static_cast<double>(s.runs * runtimes.size()), "runs"};
+        for (const auto& r : rs) progress.done += static_cast<double>(r.runs.size());
+        print_interrupted(progress);
         std::fputs(render(s, rs).c_str(), stdout);
         if (const auto q = ratios(rs))
           std::printf("\ncore_vruntime / forceidle_balance: req/s %.3f, latency avg %.3f, p95 %.3f, GEMM/s %.3f\n",
@@ -437,6 +447,7 @@ int run(Settings s) {
         std::fflush(stdout);
         write_settings(j, s);
         write_results(j, rs);
+        write_interrupted(j, progress);
         return results_ok(rs);
       });
 }
@@ -449,8 +460,10 @@ namespace coresched::bench {
 Command register_tenants(CLI::App& parent) {
   return make_command<tenants::Settings>(
       parent, "tenants",
-      "Seed 002: a compute tenant (GEMM fibers) and a request-serving tenant (random-read requests) with "
-      "different cookies; throughput, latency and forced idle under each fairness policy",
+      "How fairly a core is shared between a compute tenant and a request-serving tenant, as in the original "
+      "core-scheduling fairness comparison (AVX threads against mysql threads, core-wide vruntime against forced-idle "
+      "balancing): GEMM fibers and random-read request fibers under different cookies; requests/s, latency, GEMM rate "
+      "and forced idle under each fairness policy (--compare runs both)",
       tenants::add_options, tenants::run);
 }
 

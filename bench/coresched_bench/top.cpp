@@ -83,10 +83,16 @@ int run(const Settings& s) {
         }
       }, SpawnOptions{.cookie = cookie}));
   }
+  const auto length = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(s.time_s));
+  const auto start = std::chrono::steady_clock::now();
   {
-    LiveView view(rt, stdout, std::chrono::milliseconds(s.interval_ms), s.json);
-    std::this_thread::sleep_for(std::chrono::duration<double>(s.time_s));
+    // A frame per interval and a last one at --time; an interrupt ends the view early, with a frame up to it.
+    LiveView view(rt, stdout, std::chrono::milliseconds(s.interval_ms), s.json, length);
+    while (!view.wait_done(std::chrono::milliseconds(50)))
+      if (interrupted()) view.finish();
   }
+  // With --json, stdout holds only frames: the note goes to stderr.
+  print_interrupted({seconds(std::chrono::steady_clock::now() - start), s.time_s, "s"}, s.json ? stderr : stdout);
   stop = true;
   hs.clear();
   return 0;
@@ -99,11 +105,12 @@ namespace coresched::bench {
 Command register_top(CLI::App& parent) {
   return make_command<top::Settings>(
       parent, "top",
-      "A live view of a running workload, once per interval (a table, or JSON lines): per core its owner cookie, "
-      "forced-idle share, queued fibers per cookie and hand-overs per second; per cookie (number and name: "
-      "tenant-1, tenant-2, ..., requests) its weight, cpu % (the PU time its fibers ran / (elapsed x PUs)) and "
-      "core % (the time it held an SMT core / (elapsed x SMT cores)). Two busy tenants each alone on a core read "
-      "50/50 in both; where they share a core, core % splits its time and cpu % is lower by gaps and forced idle",
+      "A live view of a running workload, once per interval and at the end of --time (a table, or JSON lines): per "
+      "core its owner cookie, forced-idle share, queued fibers per cookie and hand-overs per second; per cookie "
+      "(number and name: tenant-1, tenant-2, ..., requests) its weight, cpu % (the PU time its fibers ran / (elapsed "
+      "x PUs)) and core % (the time it held an SMT core / (elapsed x SMT cores)). Two busy tenants each alone on a "
+      "core read 50/50 in both; where they share a core, core % splits its time and cpu % is lower by gaps and forced "
+      "idle",
       top::add_options, top::run);
 }
 } // namespace coresched::bench
