@@ -200,6 +200,7 @@ void CoreCoordinator::start(unsigned s, Fiber* f, WakeList& wakes, Pick& p) {
   if (f->cookie != owner_) {
     checkpoint(cfg_.clock());
     set_owner(f->cookie);
+    owner_started_ = true;
     if (handover_since_ != 0) { // this sibling hands over to itself: no gap
       p.handover_gap_ns = 0;
       p.handover_from = handover_from_;
@@ -217,10 +218,13 @@ void CoreCoordinator::start(unsigned s, Fiber* f, WakeList& wakes, Pick& p) {
     p.handover_from = handover_from_;
     handover_gaps_.record(p.handover_gap_ns);
     handover_since_ = 0;
+    owner_started(now);
     if (entry(f->cookie).runnable > 0) wake_sleepers(wakes, s, true);
     return;
-  } else if (entry(f->cookie).runnable > 0) {
-    wake_sleepers(wakes, s, true); // more of this cookie queued: let idle siblings help
+  } else {
+    if (weighted_ && !owner_started_) [[unlikely]]
+      owner_started(cfg_.clock());
+    if (entry(f->cookie).runnable > 0) wake_sleepers(wakes, s, true); // more of this cookie queued: let idle siblings help
   }
 }
 
@@ -391,6 +395,7 @@ bool CoreCoordinator::change_running_cookie_locked(unsigned s, std::uint64_t coo
     CookieEntry& e = entry(cookie);
     if (e.runnable == 0) place(e, true);
     set_owner(cookie);
+    owner_started_ = true; // its fiber runs on
     wake_sleepers(wakes, s, true);
   }
   return true;

@@ -335,6 +335,7 @@ private:
     std::uint64_t vruntime = 0;  // core-wide: time this cookie owned the core, x 100 / weight
     std::int64_t waited = 0;     // time it was runnable while another cookie owned the core (weighted:
                                  // its lag, core_fairness.cpp), relative to the current owner (at 0)
+    std::int64_t earned = 0;     // weighted forceidle_balance: lag earned since place() (settle_departure)
     std::uint32_t weight = 100;  // cookie_weight(), as of the last checkpoint
     std::uint64_t owned_ns = 0;  // statistics: wall time it owned the core while on the books
     bool placed = false;         // it has arrived here before: place() may give it the sleeper credit
@@ -361,6 +362,7 @@ private:
   static constexpr unsigned kMinTurnShift = 3; // a turn's least length: granularity >> this
   void preempt_owner_for(std::uint64_t cookie);
   void checkpoint(std::uint64_t now);
+  void book_weighted(std::uint64_t now, std::int64_t span);
   Fiber* take(unsigned s, std::uint64_t cookie);
   Pick pick_single_pu(Sibling& me, bool count);
   void start(unsigned s, Fiber* f, WakeList& wakes, Pick& p);
@@ -382,6 +384,9 @@ private:
   std::uint64_t weights_seen_ = 0; // weights_generation() the books' weights are from
   bool weighted_ = false;          // some cookie on the books has a weight other than the default
   void set_owner(std::uint64_t cookie);
+  void settle_departure(CookieEntry& leaver, std::uint64_t next);
+  void owner_started(std::uint64_t now);
+  bool owner_started_ = true; // a fiber of owner_ has started since it became the owner
   void forget_idle_owner();
   // Blocking calls in flight on this core, and their cookie (hold_locked):
   // written under the lock; held_ is read lock-free by sibling_conflict.

@@ -36,6 +36,7 @@ namespace coresched::detail {
 namespace {
 
 __extension__ typedef unsigned __int128 Wide; // ns x 10,000 outgrows 64 bits after 21 days
+__extension__ typedef __int128 SignedWide;
 
 // ns x mul / div, exact for the default weight (mul == div).
 std::uint64_t scale(std::uint64_t ns, std::uint32_t mul, std::uint32_t div) noexcept {
@@ -133,6 +134,7 @@ void CoreCoordinator::place(CookieEntry& e, bool carried) {
                     scale(lead_v, e.weight, kDefaultWeight));
   }
   e.placed = true;
+  e.earned = 0;
   auto floor = static_cast<std::int64_t>(lead);
   for (const auto& o : cookies_)
     if (&o != &e && o.runnable && o.cookie != owner_) floor = std::min(floor, o.waited - 1);
@@ -146,23 +148,44 @@ bool CoreCoordinator::prefer(const CookieEntry& a, const CookieEntry& b) const n
   return a.waited > b.waited;
 }
 
-void CoreCoordinator::checkpoint(std::uint64_t now) {
-  if (last_checkpoint_ == 0) last_checkpoint_ = now;
-  const auto span = static_cast<std::int64_t>(now - last_checkpoint_);
-  const bool weighted = weighted_;
-  const std::uint64_t total = weighted ? competing_weight() : 0;
+// checkpoint() with weights: time booked at each cookie's rate (the top of
+// this file), and each cookie's `earned` lag (settle_departure). A turn is
+// booked from its first fiber's start (owner_started): until then the span
+// counts in the owner's statistics only.
+void CoreCoordinator::book_weighted(std::uint64_t now, std::int64_t span) {
+  const std::uint64_t total = competing_weight();
+  const auto wide_total = static_cast<std::int64_t>(total);
   std::uint32_t w_owner = 0;
-  if (weighted)
-    for (const auto& e : cookies_)
-      if (e.cookie == owner_) w_owner = e.weight;
+  for (const auto& e : cookies_)
+    if (e.cookie == owner_) w_owner = e.weight;
   for (auto& e : cookies_) {
     if (e.cookie == owner_) {
       const std::uint64_t owned = now - owner_since_;
-      e.vruntime += weighted ? scale(owned, kDefaultWeight, e.weight) : owned;
       e.owned_ns += owned;
-    } else if (e.runnable && owner_ != kNoCookie) {
-      // runnable since the last checkpoint at least: see arrive()
-      e.waited += weighted ? span * wait_rate(e.weight, w_owner, total) / static_cast<std::int64_t>(total) : span;
+      if (!owner_started_) continue;
+      e.vruntime += scale(owned, kDefaultWeight, e.weight);
+      e.earned -= span * static_cast<std::int64_t>(total - e.weight) / wide_total; // owed w / W of it, ran all
+    } else if (owner_started_ && e.runnable && owner_ != kNoCookie) {
+      e.waited += span * wait_rate(e.weight, w_owner, total) / wide_total;
+      e.earned += span * e.weight / wide_total;
+    }
+  }
+}
+
+void CoreCoordinator::checkpoint(std::uint64_t now) {
+  if (last_checkpoint_ == 0) last_checkpoint_ = now;
+  const auto span = static_cast<std::int64_t>(now - last_checkpoint_);
+  if (weighted_) [[unlikely]] {
+    book_weighted(now, span);
+  } else {
+    for (auto& e : cookies_) {
+      if (e.cookie == owner_) {
+        const std::uint64_t owned = now - owner_since_;
+        e.vruntime += owned;
+        e.owned_ns += owned;
+      } else if (e.runnable && owner_ != kNoCookie) {
+        e.waited += span; // runnable since the last checkpoint at least: see arrive()
+      }
     }
   }
   owner_since_ = now;
@@ -194,6 +217,7 @@ void CoreCoordinator::refresh_weights() {
     weighted_ |= w != kDefaultWeight;
   }
   if (!changed) return;
+  for (auto& e : cookies_) e.earned = 0; // the forgiveness below ends every lag's history
   const CookieEntry* own = nullptr;
   for (const auto& e : cookies_)
     if (e.cookie == owner_) own = &e;
@@ -214,19 +238,78 @@ void CoreCoordinator::update_min_vruntime() {
   if (m != kNoCookie) min_vruntime_ = std::max(min_vruntime_, m);
 }
 
+// forceidle_balance, weighted: a cookie that leaves the core (no fiber left
+// to run here) takes its lag with it, and the others settle it by weight.
+// While it competed, every other cookie's lag moved at a rate that counts its
+// weight in W, as if it would be paid (or pay back) later; it never is, since
+// place() gives it a new lag when it returns. Kept, that unpaid lag is a tax
+// on the others in proportion to how long each ran, not to its weight, and
+// it moved the busy cookies' shares towards equal: in the simulation a
+// cookie of sleepers (weighted_busy) gave a light busy cookie up to twice
+// its share over a window. So what the leaver earned while it competed
+// (`earned`: owed less overrun, from place() on) is spread over the others in
+// proportion to their weights, as EEVDF moves its virtual time when an
+// entity with lag leaves. The lag place() gave it is not: it was nobody's
+// debt. (Settling its whole `waited` against the mean still gave a light
+// cookie a third over its share: the back-of-the-line placement then came
+// back as a debt charged by weight.) With equal weights nothing is booked.
+// `next`: a cookie taken to own the core, counted as competing.
+void CoreCoordinator::settle_departure(CookieEntry& leaver, std::uint64_t next) {
+  const std::int64_t lag = leaver.earned;
+  leaver.earned = 0;
+  if (cfg_.policy != FairnessPolicy::forceidle_balance || lag == 0) return;
+  auto competes = [&](const CookieEntry& e) {
+    return &e != &leaver && (e.runnable || e.cookie == owner_ || e.cookie == next);
+  };
+  std::uint64_t others = 0;
+  for (const auto& e : cookies_)
+    if (competes(e)) others += e.weight;
+  if (others == 0) return;
+  std::int64_t owner_share = 0;
+  for (auto& e : cookies_)
+    if (competes(e)) {
+      const auto share = static_cast<std::int64_t>(static_cast<SignedWide>(lag) * e.weight / others);
+      e.waited += share;
+      e.earned += share;
+      if (e.cookie == owner_) owner_share = share;
+    }
+  for (auto& e : cookies_) e.waited -= owner_share; // the owner stays at 0
+}
+
+// Weighted: the time from a change of owner to its first fiber's start (a
+// sibling's wake-up, tens of us on a VM) is booked to nobody: checkpoint()
+// charges the owner no vruntime for it and credits no waiter. Booked to the
+// owner, as it owns the core from the pick, it cost a cookie 100 / w per ns:
+// a cookie of weight 1 pinned to a sleeping sibling beside one of 1,000 was
+// charged its whole turn (a few us of wall time at that rate) while the
+// sibling woke, lost the core before its fiber started, and never ran
+// (test_weights.cpp). The span stays in owned_ns, the statistics: the core
+// was kept for it. With equal weights every hand-over costs each cookie
+// alike, and the books are as they were.
+void CoreCoordinator::owner_started(std::uint64_t now) {
+  if (weighted_ && now > owner_since_) checkpoint(now); // books nothing: owner_started_ is still false
+  owner_started_ = true;
+}
+
 // Call after checkpoint(). Forced-idle balance keeps the owner at 0, so a
 // cookie's `waited` says how far ahead of the owner it is.
 void CoreCoordinator::set_owner(std::uint64_t cookie) {
   // A hand-over when the cookie left still has work (it was preempted for
   // fairness, not out of fibers): its gap runs until the new cookie starts.
   handover_since_ = 0;
-  std::int64_t base = 0;
-  for (const auto& e : cookies_) {
-    if (e.cookie == cookie) base = e.waited;
+  CookieEntry* leaver = nullptr;
+  CookieEntry* next = nullptr;
+  for (auto& e : cookies_) {
+    if (e.cookie == cookie) next = &e;
     else if (e.cookie == owner_ && e.runnable > 0) handover_since_ = owner_since_; // checkpoint() set it to now
+    else if (e.cookie == owner_) leaver = &e; // out of fibers: it leaves the core
   }
+  if (leaver && weighted_) [[unlikely]]
+    settle_departure(*leaver, cookie);
+  const std::int64_t base = next ? next->waited : 0;
   handover_from_ = owner_;
   turn_start_ = last_checkpoint_;
+  owner_started_ = false;
   owner_ = cookie;
   owner_pub_.store(cookie, std::memory_order_relaxed);
   cookie_switches.fetch_add(1, std::memory_order_relaxed);
@@ -448,7 +531,13 @@ std::uint64_t CoreCoordinator::turn_due_locked(unsigned s) const noexcept {
   // the checkpoint's time, which each checkpoint moves to now (a forced-idle
   // PU would otherwise wait for a turn's end that is always just now, and
   // spin for ever beside an owner that never stops).
-  const auto due = static_cast<std::int64_t>(last_checkpoint_) + until_leads(*next, *own);
+  std::int64_t until = until_leads(*next, *own);
+  // An owner that has not started yet is not charged (owner_started): its
+  // turn's end does not come closer, so look again a least turn later, not
+  // at once and again.
+  if (!owner_started_ && weighted_)
+    until = std::max(until, static_cast<std::int64_t>(cfg_.granularity_ns >> kMinTurnShift));
+  const auto due = static_cast<std::int64_t>(last_checkpoint_) + until;
   return due > 0 ? static_cast<std::uint64_t>(due) : 1;
 }
 

@@ -162,14 +162,13 @@ private:
     return idx;
   }
 
-  /// Weights up to 20:1 apart. Further apart a light cookie is charged each
-  /// hand-over's wake-up at its own rate (x 100 / w) and so runs a few
-  /// percent of the little time it owns: at 1:1,000 a program's light fibers
-  /// took minutes, past the watchdog (docs/design.md "Weights"). The
-  /// simulation covers the whole range.
+  /// Weights up to 100:1 apart, the spread over which shares are promised.
+  /// Further apart a light cookie's turns come so rarely that a program's
+  /// light fibers may outlast the watchdog; the simulation covers the whole
+  /// range.
   std::uint32_t weight() {
-    static constexpr std::uint32_t kWeights[] = {25, 50, 100, 150, 200, 500};
-    return kWeights[rng_.below(6)];
+    static constexpr std::uint32_t kWeights[] = {25, 50, 100, 150, 200, 500, 1000, 2500};
+    return kWeights[rng_.below(8)];
   }
 
   Op simple() {
