@@ -413,7 +413,9 @@ __attribute__((no_sanitize_thread)) void Scheduler::dump(std::FILE* out) {
     if (st == FiberState::running) line += fmt::format(" on worker {}", f.last_worker);
     else line += fmt::format(", last on worker {}", f.last_worker);
     if (f.pinned != kNotPinned) line += fmt::format(", pinned to PU {}", f.pinned);
-    if (parked) line += fmt::format(", waiting {} for {}", duration(now - since), describe_wait(s.wait, now));
+    // A fiber parks before it records its wait: until then there is no wait to time.
+    if (parked && s.wait.since_ns == 0) line += ", its wait not yet recorded";
+    else if (parked) line += fmt::format(", waiting {} for {}", duration(now - since), describe_wait(s.wait, now));
     std::fprintf(out, "%s\n", line.c_str());
     for (auto p = s.chain.rbegin() + 1; p != s.chain.rend(); ++p)
       std::fprintf(out, "    below it on the same stack: fiber %llu cookie %s, joining it inline\n",
