@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <optional>
 #include <sched.h>
 #include <string>
 #include <sys/prctl.h>
@@ -90,6 +92,36 @@ inline std::string set_own_nice(int nice) {
   std::string why = "setpriority(nice " + std::to_string(nice) + ") failed: " + std::strerror(err);
   if (err == EACCES || err == EPERM) why += " (a negative nice needs root or CAP_SYS_NICE)";
   return why;
+}
+
+/// core_forceidle_sum (ms) of a /proc/.../sched file: the time the task ran
+/// while a sibling of its core was forced idle (kernel core scheduling; shown
+/// with schedstats on: sysctl kernel.sched_schedstats=1, or schedstats=enable
+/// on the kernel's command line, as scripts/smt-vm.sh boots it).
+inline std::optional<double> forceidle_ms(const std::string& sched_path) {
+  std::ifstream f(sched_path);
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("core_forceidle_sum", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon == std::string::npos) return std::nullopt;
+      return std::strtod(line.c_str() + colon + 1, nullptr);
+    }
+  return std::nullopt;
+}
+
+/// The calling thread's core_forceidle_sum (ms), where schedstats show it.
+inline std::optional<double> own_forceidle_ms() {
+  return forceidle_ms("/proc/self/task/" + std::to_string(::syscall(SYS_gettid)) + "/sched");
+}
+
+/// Gives the calling thread the kernel core-scheduling cookie of thread
+/// `tid` (PR_SCHED_CORE_SHARE_FROM), so that a tenant's threads share one
+/// cookie; "" or why not.
+inline std::string kernel_tag_from(pid_t tid) {
+  constexpr int kPrSchedCore = 62, kShareFrom = 3; // PR_SCHED_CORE, PR_SCHED_CORE_SHARE_FROM
+  if (::prctl(kPrSchedCore, kShareFrom, static_cast<unsigned long>(tid), 0UL /* PIDTYPE_PID */, 0) == 0) return {};
+  return std::string("prctl(PR_SCHED_CORE, PR_SCHED_CORE_SHARE_FROM) failed: ") + std::strerror(errno);
 }
 
 } // namespace coresched::bench

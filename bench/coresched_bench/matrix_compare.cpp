@@ -60,20 +60,6 @@ std::optional<double> ratio(std::optional<double> ours, std::optional<double> th
 
 // ------------------------------------------------------------------ sysbench, tagged by the kernel
 
-/// core_forceidle_sum (ms) of a /proc/.../sched file: the time the task ran while a sibling of its core was
-/// forced idle (kernel core scheduling; shown with schedstats on: sysctl kernel.sched_schedstats=1).
-std::optional<double> forceidle_ms(const std::string& sched_path) {
-  std::ifstream f(sched_path);
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("core_forceidle_sum", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon == std::string::npos) return std::nullopt;
-      return std::strtod(line.c_str() + colon + 1, nullptr);
-    }
-  return std::nullopt;
-}
-
 /// coresched-tag-exec, beside this program (the build tree, or an install's bin/), else in PATH.
 std::optional<std::string> find_tag_exec() {
   char self[4096];
@@ -302,21 +288,18 @@ Run run_threads(const Settings& s, const Place& p, MemoryBuffer& buf, const Conf
   };
   Run r;
   std::optional<double> idle[2];   // each thread's core_forceidle_sum, read on it as its loop ends
-  auto own_forceidle = [] {
-    return forceidle_ms("/proc/self/task/" + std::to_string(::syscall(SYS_gettid)) + "/sched");
-  };
   std::thread cpu([&] {
     prepare(c.cpu, 0, errs[0]);
-    const auto before = own_forceidle();
+    const auto before = own_forceidle_ms();
     r.cpu = cpu_loop(deadline, s.cpu_max_prime, s.sysbench_bookkeeping);
-    if (const auto after = own_forceidle(); before && after) idle[0] = *after - *before;
+    if (const auto after = own_forceidle_ms(); before && after) idle[0] = *after - *before;
   });
   std::thread mem;
   if (c.mem) mem = std::thread([&] {
     prepare(*c.mem, 1, errs[1]);
-    const auto before = own_forceidle();
+    const auto before = own_forceidle_ms();
     r.mem = mem_loop(deadline, buf, s.sysbench_bookkeeping);
-    if (const auto after = own_forceidle(); before && after) idle[1] = *after - *before;
+    if (const auto after = own_forceidle_ms(); before && after) idle[1] = *after - *before;
   });
   cpu.join();
   if (mem.joinable()) mem.join();

@@ -1,49 +1,118 @@
 // SPDX-License-Identifier: Apache-2.0
-// `coresched-bench tenants`: seed 002's two tenants sharing cores under core
-// scheduling. Tenant A computes (64x64 float GEMMs, the seed's AVX threads);
-// tenant B serves OLTP-like requests (random reads over a large table, the
-// seed's mysql), each from a client fiber that measures throughput and latency.
-// The two carry different cookies, so a core runs one tenant at a time and the
-// fairness policy decides which; --compare runs both policies.
-#include "cli_options.hpp"
+// `coresched-bench tenants`: two tenants sharing cores under core scheduling.
+// Tenant A computes (64x64 float GEMMs, the AVX threads of the original
+// comparison); tenant B serves OLTP-like requests (random reads over a large
+// table, its mysql), each from a client fiber that measures throughput and
+// latency. The two carry different cookies, so a core runs one tenant at a
+// time and the fairness policy decides which; --compare runs both policies,
+// --compare-kernel the same tenants as kernel threads, run by run.
 #include "commands.hpp"
-#include "common.hpp"
-#include "tenants_gemm.hpp"
+#include "kernel_tag.hpp"
+#include "tenants.hpp"
 
-#include <coresched/sync.hpp>
 #include <fmt/format.h>
 
 #include <atomic>
 #include <memory>
 
 namespace coresched::bench::tenants {
+
+// ------------------------------------------------------------------ tenant A: compute
+
+GemmInputs::GemmInputs() {
+  for (std::size_t i = 0; i < gemm_n; ++i)
+    for (std::size_t j = 0; j < gemm_n; ++j) {
+      a[i * gemm_n + j] = static_cast<float>(static_cast<int>((i + j) % 7) - 3);
+      b[i * gemm_n + j] = static_cast<float>(static_cast<int>((i * j) % 5) - 2);
+    }
+  for (std::size_t i = 0; i < gemm_n; ++i)
+    for (std::size_t k = 0; k < gemm_n; ++k)
+      for (std::size_t j = 0; j < gemm_n; ++j) checksum += double{a[i * gemm_n + k]} * b[k * gemm_n + j];
+}
+
+ComputeResult compute(const GemmInputs& in, Clock::time_point deadline) {
+  PageMatrix c;
+  ComputeResult r;
+  do {
+    gemm64(in.a.data(), in.b.data(), c.data());
+    double sum = 0;
+    for (float x : c) sum += x;
+    if (sum != in.checksum) ++r.bad;
+    ++r.gemms;
+    this_fiber::preempt_point();
+  } while (Clock::now() < deadline && !interrupted());
+  return r;
+}
+
+// ------------------------------------------------------------------ tenant B: requests
+
 namespace {
 
-using Clock = std::chrono::steady_clock;
+constexpr std::uint64_t table_key = 0x9E3779B97F4A7C15ull;
 
-constexpr double percentiles[] = {50, 95, 99};
+/// The rows request `seed` reads: splitmix64 over the seed.
+std::uint64_t row(std::uint64_t seed, unsigned i, std::size_t rows) {
+  std::uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (z ^ (z >> 31)) % rows;
+}
 
-struct Settings {
-  unsigned compute_fibers = 0; ///< 0: two per PU
-  unsigned request_fibers = 0; ///< 0: two per PU
-  unsigned reads = 16;
-  unsigned table_mb = 256;
-  unsigned think_us = 0; ///< > 0: each client sleeps this long between requests
-  double time_s = 5;
-  unsigned runs = 3;
-  std::optional<FairnessPolicy> policy;
-  std::optional<unsigned> slice_us;
-  bool compare = false;
-  std::string topology;
-  std::optional<Placement> placement;
-  std::string json_path;
-  std::optional<TenantWeights> weights; ///< --weights A:B; unset: both Cookie::kDefaultWeight
+} // namespace
 
-  std::uint32_t weight(unsigned tenant) const { return weights ? (*weights)[tenant] : Cookie::kDefaultWeight; }
-  /// Tenant A's share of the cores where both tenants have work, in %: its
-  /// weight over the sum.
-  double expected_a_share_pct() const { return 100.0 * weight(0) / (static_cast<double>(weight(0)) + weight(1)); }
-};
+std::vector<std::uint64_t> make_table(std::size_t mb) {
+  std::vector<std::uint64_t> t(mb * (1u << 20) / sizeof(std::uint64_t));
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = i * table_key;
+  return t;
+}
+
+void serve(Link& l, const std::vector<std::uint64_t>& table, unsigned reads) {
+  while (const auto seed = l.requests.recv()) {
+    std::uint64_t sum = 0;
+    for (unsigned i = 0; i < reads; ++i) sum += table[row(*seed, i, table.size())];
+    l.replies.send(sum);
+  }
+}
+
+// A closed loop without a think time, like sysbench's OLTP threads. With one,
+// each request is timed from when it was due: what a caller outside the
+// runtime would see, the wait for the core after the sleep included (timed
+// from the fiber's own restart, that wait would not show).
+ClientResult client(Link& l, unsigned reads, std::size_t rows, std::uint64_t first_seed, Clock::time_point deadline,
+                    std::chrono::microseconds think) {
+  ClientResult r;
+  for (std::uint64_t seed = first_seed; Clock::now() < deadline && !interrupted(); ++seed) {
+    auto t0 = Clock::now();
+    if (think.count() > 0) {
+      t0 += think;
+      this_fiber::sleep_until(t0);
+    }
+    l.requests.send(seed);
+    const auto sum = l.replies.recv();
+    r.latency.add(micros(Clock::now() - t0));
+    std::uint64_t expected = 0;
+    for (unsigned i = 0; i < reads; ++i) expected += row(seed, i, rows) * table_key;
+    if (sum != expected) ++r.bad;
+  }
+  l.requests.close();
+  return r;
+}
+
+void add_results(Run& r, std::vector<ClientResult>& clients, const std::vector<ComputeResult>& computed) {
+  LatencyRecorder latency;
+  for (const auto& c : clients) {
+    latency.merge(c.latency);
+    r.bad += c.bad;
+  }
+  for (const auto& c : computed) {
+    r.gemms += c.gemms;
+    r.bad += c.bad;
+  }
+  r.requests = latency.stats().count();
+  r.latency = latency.summarize(percentiles);
+}
+
+namespace {
 
 // ------------------------------------------------------------------ command line
 
@@ -71,129 +140,14 @@ void add_options(CLI::App& sub, Settings& s) {
   add_placement_option(sub, s.placement);
   add_json_option(sub, s.json_path);
   add_weights_option(sub, s.weights, "A:B (compute:requests)");
-}
-
-// ------------------------------------------------------------------ tenant A: compute
-
-/// The GEMM inputs: small integers, so every product and sum is exact in
-/// float and the result's checksum is the same on every ISA.
-struct GemmInputs {
-  PageMatrix a, b;
-  double checksum = 0; ///< sum of all elements of a * b
-  GemmInputs() {
-    for (std::size_t i = 0; i < gemm_n; ++i)
-      for (std::size_t j = 0; j < gemm_n; ++j) {
-        a[i * gemm_n + j] = static_cast<float>(static_cast<int>((i + j) % 7) - 3);
-        b[i * gemm_n + j] = static_cast<float>(static_cast<int>((i * j) % 5) - 2);
-      }
-    for (std::size_t i = 0; i < gemm_n; ++i)
-      for (std::size_t k = 0; k < gemm_n; ++k)
-        for (std::size_t j = 0; j < gemm_n; ++j) checksum += double{a[i * gemm_n + k]} * b[k * gemm_n + j];
-  }
-};
-
-struct ComputeResult {
-  std::uint64_t gemms = 0;
-  std::uint64_t bad = 0; ///< results whose checksum is wrong
-};
-
-ComputeResult compute(const GemmInputs& in, Clock::time_point deadline) {
-  PageMatrix c;
-  ComputeResult r;
-  do {
-    gemm64(in.a.data(), in.b.data(), c.data());
-    double sum = 0;
-    for (float x : c) sum += x;
-    if (sum != in.checksum) ++r.bad;
-    ++r.gemms;
-    this_fiber::preempt_point();
-  } while (Clock::now() < deadline && !interrupted());
-  return r;
-}
-
-// ------------------------------------------------------------------ tenant B: requests
-
-/// The table: word i holds i * key, so a client can check any reply without
-/// reading the table itself.
-constexpr std::uint64_t table_key = 0x9E3779B97F4A7C15ull;
-
-std::vector<std::uint64_t> make_table(std::size_t mb) {
-  std::vector<std::uint64_t> t(mb * (1u << 20) / sizeof(std::uint64_t));
-  for (std::size_t i = 0; i < t.size(); ++i) t[i] = i * table_key;
-  return t;
-}
-
-/// The rows request `seed` reads: splitmix64 over the seed.
-std::uint64_t row(std::uint64_t seed, unsigned i, std::size_t rows) {
-  std::uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return (z ^ (z >> 31)) % rows;
-}
-
-struct Link {
-  Channel<std::uint64_t> requests{1}; ///< request seeds
-  Channel<std::uint64_t> replies{1};  ///< sums of the rows read
-};
-
-/// A request fiber: reads the rows of each request and replies with their sum.
-void serve(Link& l, const std::vector<std::uint64_t>& table, unsigned reads) {
-  while (const auto seed = l.requests.recv()) {
-    std::uint64_t sum = 0;
-    for (unsigned i = 0; i < reads; ++i) sum += table[row(*seed, i, table.size())];
-    l.replies.send(sum);
-  }
-}
-
-struct ClientResult {
-  LatencyRecorder latency;
-  std::uint64_t bad = 0; ///< replies with a wrong sum
-};
-
-/// A client: one request at a time until the deadline (a closed loop, like
-/// sysbench's OLTP threads), then closes the link, which ends its server.
-/// With a think time it sleeps between requests, so tenant B sleeps too, and
-/// each request is timed from when it was due: what a caller outside the
-/// runtime would see, the wait for the core after the sleep included (timed
-/// from the fiber's own restart, that wait would not show).
-ClientResult client(Link& l, unsigned reads, std::size_t rows, std::uint64_t first_seed, Clock::time_point deadline,
-                    std::chrono::microseconds think) {
-  ClientResult r;
-  for (std::uint64_t seed = first_seed; Clock::now() < deadline && !interrupted(); ++seed) {
-    auto t0 = Clock::now();
-    if (think.count() > 0) {
-      t0 += think;
-      this_fiber::sleep_until(t0);
-    }
-    l.requests.send(seed);
-    const auto sum = l.replies.recv();
-    r.latency.add(micros(Clock::now() - t0));
-    std::uint64_t expected = 0;
-    for (unsigned i = 0; i < reads; ++i) expected += row(seed, i, rows) * table_key;
-    if (sum != expected) ++r.bad;
-  }
-  l.requests.close();
-  return r;
+  sub.add_flag("--compare-kernel", s.compare_kernel,
+               "Also run the same tenants as plain threads (as many as the fibers, on the same CPUs) tagged with one "
+               "kernel core-scheduling cookie per tenant (PR_SCHED_CORE) and, with --weights, nice values of the same "
+               "ratio, interleaved run by run; skipped where the kernel lacks CONFIG_SCHED_CORE")
+      ->excludes("--compare");
 }
 
 // ------------------------------------------------------------------ one run
-
-struct Run {
-  double elapsed_s = 0;
-  std::uint64_t requests = 0, gemms = 0, bad = 0;
-  LatencySummary latency;
-  double a_cpu_s = 0, b_cpu_s = 0; ///< CPU time of each tenant
-  double a_core_s = 0, b_core_s = 0; ///< time each tenant's cookie held a core (the runtime's core_ns)
-  double forced_idle_pct = 0;      ///< % of all PU time spent forced idle
-
-  double requests_per_s() const { return static_cast<double>(requests) / elapsed_s; }
-  double gemms_per_s() const { return static_cast<double>(gemms) / elapsed_s; }
-};
-
-struct Shared {
-  GemmInputs gemm;
-  std::vector<std::uint64_t> table;
-};
 
 std::uint64_t forced_idle_ns(const Stats& st) {
   std::uint64_t ns = 0;
@@ -234,20 +188,12 @@ RequestTenant spawn_requests(Runtime& rt, const Settings& s, const Shared& sh, C
 
 /// Joins both tenants; fills the run's counts and latency.
 void collect(Run& r, RequestTenant& t, std::vector<JoinHandle<ComputeResult>>& compute_fibers) {
-  LatencyRecorder latency;
-  for (auto& c : t.clients) {
-    const ClientResult cr = c.join();
-    latency.merge(cr.latency);
-    r.bad += cr.bad;
-  }
+  std::vector<ClientResult> clients;
+  for (auto& c : t.clients) clients.push_back(c.join());
   for (auto& h : t.servers) h.join();
-  for (auto& h : compute_fibers) {
-    const ComputeResult cr = h.join();
-    r.gemms += cr.gemms;
-    r.bad += cr.bad;
-  }
-  r.requests = latency.stats().count();
-  r.latency = latency.summarize(percentiles);
+  std::vector<ComputeResult> computed;
+  for (auto& h : compute_fibers) computed.push_back(h.join());
+  add_results(r, clients, computed);
 }
 
 Run run_once(Runtime& rt, const Settings& s, const Shared& sh, std::uint64_t first_seed) {
@@ -271,8 +217,8 @@ Run run_once(Runtime& rt, const Settings& s, const Shared& sh, std::uint64_t fir
   return r;
 }
 
-struct Result {
-  FairnessPolicy policy;
+/// The runs of one side: ours under one policy, or the kernel's.
+struct Runs {
   std::vector<Run> runs;
 
   template <class F> Summary over_runs(F f) const {
@@ -282,7 +228,8 @@ struct Result {
   }
   Summary requests_per_s() const { return over_runs([](const Run& r) { return r.requests_per_s(); }); }
   Summary latency_avg() const { return over_runs([](const Run& r) { return r.latency.avg; }); }
-  Summary latency_p95() const { return over_runs([](const Run& r) { return r.latency.at(95); }); }
+  Summary latency_at(double p) const { return over_runs([p](const Run& r) { return r.latency.at(p); }); }
+  Summary latency_p95() const { return latency_at(95); }
   Summary gemms_per_s() const { return over_runs([](const Run& r) { return r.gemms_per_s(); }); }
   Summary forced_idle_pct() const { return over_runs([](const Run& r) { return r.forced_idle_pct; }); }
   Summary a_cpu_share_pct() const {
@@ -293,11 +240,33 @@ struct Result {
   }
 };
 
+struct Result : Runs {
+  FairnessPolicy policy;
+  std::optional<Runs> kernel; ///< --compare-kernel where the kernel can: its runs, interleaved with ours
+};
+
+/// The CPUs the runtime's workers run on: the kernel's threads get the same.
+std::vector<unsigned> runtime_cpus(const Runtime& rt) {
+  std::vector<unsigned> cpus;
+  for (const auto& pu : rt.topology().pus())
+    if (std::find(cpus.begin(), cpus.end(), pu.cpu) == cpus.end()) cpus.push_back(pu.cpu);
+  return cpus;
+}
+
+void report_run(const Run& r) {
+  progress_end(fmt::format(" {:.0f} req/s, latency p50 {:.1f} us p99 {:.1f} us, {:.0f} GEMM/s, forced idle {:.1f}%",
+                           r.requests_per_s(), r.latency.at(50), r.latency.at(99), r.gemms_per_s(), r.forced_idle_pct));
+}
+
 /// The runs, until an interrupt, which cuts the run under way short: that
-/// one is left out.
-Result measure(Runtime& rt, const Settings& s, const Shared& sh) {
-  Result res{rt.options().policy, {}};
+/// one is left out. With the kernel's side, each of our runs is followed by
+/// one of the kernel's, so that both see the same state of the machine.
+Result measure(Runtime& rt, const Settings& s, const Shared& sh, bool kernel) {
+  Result res;
+  res.policy = rt.options().policy;
+  if (kernel) res.kernel.emplace();
   const std::string label = fmt::format("tenants/{}", to_string(res.policy));
+  const std::vector<unsigned> cpus = runtime_cpus(rt);
   for (unsigned i = 1; i <= s.runs && !interrupted(); ++i) {
     progress_begin(label, fmt::format("run {}/{} ({} s) ...", i, s.runs, s.time_s));
     Run last = run_once(rt, s, sh, std::uint64_t{i} << 56);
@@ -305,16 +274,22 @@ Result measure(Runtime& rt, const Settings& s, const Shared& sh) {
       progress_end(" interrupted: left out");
       break;
     }
-    const Run& r = res.runs.emplace_back(std::move(last));
-    progress_end(fmt::format(" {:.0f} req/s, latency avg {:.1f} us p95 {:.1f} us, {:.0f} GEMM/s, forced idle {:.1f}%",
-                             r.requests_per_s(), r.latency.avg, r.latency.at(95), r.gemms_per_s(), r.forced_idle_pct));
+    report_run(res.runs.emplace_back(std::move(last)));
+    if (!kernel) continue;
+    progress_begin("tenants/kernel", fmt::format("run {}/{} ({} s) ...", i, s.runs, s.time_s));
+    last = kernel_run(s, sh, cpus, std::uint64_t{i} << 56);
+    if (interrupted()) {
+      progress_end(" interrupted: left out");
+      break;
+    }
+    report_run(res.kernel->runs.emplace_back(std::move(last)));
   }
   return res;
 }
 
 // ------------------------------------------------------------------ output
 
-void print_tenants_header(const Settings& s, const Runtime& rt) {
+void print_tenants_header(const Settings& s, const Runtime& rt, const std::string& kernel_why) {
   const auto& o = rt.options();
   print_header("tenants", rt, {
       {"policy", s.compare ? std::string("core_vruntime, then forceidle_balance (--compare)") : to_string(o.policy)},
@@ -329,41 +304,69 @@ void print_tenants_header(const Settings& s, const Runtime& rt) {
       {"weights", fmt::format("A {} : B {}{} (A's expected share where both have work: {:.1f}%)", s.weight(0),
                               s.weight(1), s.weights ? "" : " (default)", s.expected_a_share_pct())},
       {"run length", fmt::format("{} s x {} run(s){}", s.time_s, s.runs, s.compare ? " per policy" : "")},
+      {"kernel", !s.compare_kernel   ? std::string("not compared (--compare-kernel)")
+                 : kernel_why.empty() ? std::string("the same tenants as plain threads with kernel cookies, after each "
+                                                    "run of ours (--compare-kernel)")
+                                      : "skipped: " + kernel_why},
   });
 }
 
 /// The throughput table, then tenant A's share of the cores beside the share
 /// its weight asks for: by core_ns (the time A's cookie held a core, over
-/// both tenants') and by cpu_ns (its fibers' CPU time, over both tenants').
+/// both tenants'; the runtime's books, so ours only) and by cpu_ns (its
+/// threads' or fibers' CPU time, over both tenants').
 std::string render(const Settings& s, const std::vector<Result>& rs) {
-  Table t({"policy", "req/s avg", "stdev", "lat avg us", "stdev", "lat p95 us", "stdev", "GEMM/s avg", "stdev",
-           "forced-idle %"});
-  Table shares({"policy", "A expected %", "A core_ns %", "stdev", "A cpu_ns %", "stdev"});
-  for (const auto& r : rs) {
-    const Summary rps = r.requests_per_s(), avg = r.latency_avg(), p95 = r.latency_p95(), g = r.gemms_per_s();
-    t.add_row({to_string(r.policy), fixed(rps.avg, 0), fixed(rps.stdev, 0), fixed(avg.avg, 1), fixed(avg.stdev, 1),
-               fixed(p95.avg, 1), fixed(p95.stdev, 1), fixed(g.avg, 0), fixed(g.stdev, 0),
+  Table t({"who", "req/s avg", "stdev", "lat p50 us", "lat p99 us", "stdev", "lat p99.9 us", "stdev", "GEMM/s avg",
+           "stdev", "forced-idle %"});
+  Table shares({"who", "A expected %", "A core_ns %", "stdev", "A cpu_ns %", "stdev"});
+  auto add = [&](const std::string& who, const Runs& r, bool books) {
+    const Summary rps = r.requests_per_s(), p99 = r.latency_at(99), p999 = r.latency_at(99.9), g = r.gemms_per_s();
+    t.add_row({who, fixed(rps.avg, 0), fixed(rps.stdev, 0), fixed(r.latency_at(50).avg, 1), fixed(p99.avg, 1),
+               fixed(p99.stdev, 1), fixed(p999.avg, 1), fixed(p999.stdev, 1), fixed(g.avg, 0), fixed(g.stdev, 0),
                fixed(r.forced_idle_pct().avg, 1)});
     const Summary core = r.a_core_share_pct(), cpu = r.a_cpu_share_pct();
-    shares.add_row({to_string(r.policy), fixed(s.expected_a_share_pct(), 1), fixed(core.avg, 1), fixed(core.stdev, 1),
-                    fixed(cpu.avg, 1), fixed(cpu.stdev, 1)});
+    shares.add_row({who, fixed(s.expected_a_share_pct(), 1), books ? fixed(core.avg, 1) : "-",
+                    books ? fixed(core.stdev, 1) : "-", fixed(cpu.avg, 1), fixed(cpu.stdev, 1)});
+  };
+  for (const auto& r : rs) {
+    add(to_string(r.policy), r, true);
+    if (r.kernel) add("kernel", *r.kernel, false);
   }
   return "\n" + t.render() + "\ntenant A's share of the cores (B has the rest):\n" + shares.render();
 }
 
-/// core_vruntime over forceidle_balance, as the seed compares them.
+/// One side's figures over another's, averages over runs.
 struct Ratios {
-  double throughput, latency_avg, latency_p95, gemms;
+  double throughput, latency_avg, latency_p95, latency_p99, latency_p999, gemms;
 };
 
-std::optional<Ratios> ratios(const std::vector<Result>& rs) {
+Ratios ratios(const Runs& ours, const Runs& theirs) {
+  auto ratio = [](const Summary& a, const Summary& b) { return b.avg == 0 ? 0.0 : a.avg / b.avg; };
+  return Ratios{ratio(ours.requests_per_s(), theirs.requests_per_s()), ratio(ours.latency_avg(), theirs.latency_avg()),
+                ratio(ours.latency_p95(), theirs.latency_p95()), ratio(ours.latency_at(99), theirs.latency_at(99)),
+                ratio(ours.latency_at(99.9), theirs.latency_at(99.9)), ratio(ours.gemms_per_s(), theirs.gemms_per_s())};
+}
+
+/// core_vruntime over forceidle_balance, as the original comparison has them.
+std::optional<Ratios> policy_ratios(const std::vector<Result>& rs) {
   if (rs.size() != 2) return std::nullopt;
-  auto ratio = [&](Summary (Result::*f)() const) {
-    const double theirs = (rs[1].*f)().avg;
-    return theirs == 0 ? 0.0 : (rs[0].*f)().avg / theirs;
-  };
-  return Ratios{ratio(&Result::requests_per_s), ratio(&Result::latency_avg), ratio(&Result::latency_p95),
-                ratio(&Result::gemms_per_s)};
+  return ratios(rs[0], rs[1]);
+}
+
+/// Ours over the kernel's, in the same invocation.
+std::optional<Ratios> kernel_ratios(const std::vector<Result>& rs) {
+  if (rs.size() != 1 || !rs[0].kernel || rs[0].kernel->runs.empty() || rs[0].runs.empty()) return std::nullopt;
+  return ratios(rs[0], *rs[0].kernel);
+}
+
+void write_ratios(JsonWriter& j, std::string_view key, const std::optional<Ratios>& q) {
+  if (!q) {
+    j.key(key).null();
+    return;
+  }
+  j.key(key).begin_object().field("requests_per_s", q->throughput).field("latency_avg", q->latency_avg);
+  j.field("latency_p95", q->latency_p95).field("latency_p99", q->latency_p99).field("latency_p999", q->latency_p999);
+  j.field("gemms_per_s", q->gemms).end_object();
 }
 
 void write_settings(JsonWriter& j, const Settings& s) {
@@ -371,7 +374,7 @@ void write_settings(JsonWriter& j, const Settings& s) {
   j.field("client_fibers", s.request_fibers).field("reads_per_request", s.reads).field("table_mb", s.table_mb);
   j.field("think_us", s.think_us);
   j.field("gemm_n", static_cast<unsigned>(gemm_n)).field("time_s", s.time_s).field("runs", s.runs);
-  j.field("compare", s.compare);
+  j.field("compare", s.compare).field("compare_kernel", s.compare_kernel);
   j.key("weights").begin_object().field("set", s.weights.has_value()).field("a", s.weight(0)).field("b", s.weight(1));
   j.field("expected_a_share_pct", s.expected_a_share_pct()).end_object();
   j.key("units").begin_object();
@@ -385,44 +388,73 @@ void write_run(JsonWriter& j, const Run& r) {
   j.begin_object().field("elapsed_s", r.elapsed_s).field("requests", r.requests).field("gemms", r.gemms);
   j.field("requests_per_s", r.requests_per_s()).field("gemms_per_s", r.gemms_per_s());
   write_latency(j, "latency", r.latency, "us");
-  j.field("a_cpu_s", r.a_cpu_s).field("b_cpu_s", r.b_cpu_s).field("a_core_s", r.a_core_s).field("b_core_s", r.b_core_s).field("forced_idle_pct", r.forced_idle_pct);
-  j.field("bad_results", r.bad).end_object();
+  j.field("a_cpu_s", r.a_cpu_s).field("b_cpu_s", r.b_cpu_s).field("a_core_s", r.a_core_s).field("b_core_s", r.b_core_s);
+  j.field("forced_idle_pct", r.forced_idle_pct).field("bad_results", r.bad).end_object();
 }
 
-void write_results(JsonWriter& j, const std::vector<Result>& rs) {
+/// One side's summaries over runs, then its runs (inside an open object).
+void write_runs(JsonWriter& j, const Runs& r) {
+  j.summary("requests_per_s", r.requests_per_s(), "requests/s");
+  j.summary("latency_avg", r.latency_avg(), "us").summary("latency_p50", r.latency_at(50), "us");
+  j.summary("latency_p95", r.latency_p95(), "us").summary("latency_p99", r.latency_at(99), "us");
+  j.summary("latency_p999", r.latency_at(99.9), "us").summary("gemms_per_s", r.gemms_per_s(), "GEMMs/s");
+  j.summary("a_cpu_share_pct", r.a_cpu_share_pct(), "%").summary("a_core_share_pct", r.a_core_share_pct(), "%");
+  j.summary("forced_idle_pct", r.forced_idle_pct(), "%");
+  j.key("runs").begin_array();
+  for (const auto& run : r.runs) write_run(j, run);
+  j.end_array();
+}
+
+void write_results(JsonWriter& j, const Settings& s, const std::vector<Result>& rs, const std::string& kernel_why) {
   j.key("policies").begin_array();
   for (const auto& r : rs) {
     j.begin_object().field("policy", to_string(r.policy));
-    j.summary("requests_per_s", r.requests_per_s(), "requests/s");
-    j.summary("latency_avg", r.latency_avg(), "us").summary("latency_p95", r.latency_p95(), "us");
-    j.summary("gemms_per_s", r.gemms_per_s(), "GEMMs/s");
-    j.summary("a_cpu_share_pct", r.a_cpu_share_pct(), "%").summary("a_core_share_pct", r.a_core_share_pct(), "%").summary("forced_idle_pct", r.forced_idle_pct(), "%");
-    j.key("runs").begin_array();
-    for (const auto& run : r.runs) write_run(j, run);
-    j.end_array().end_object();
+    write_runs(j, r);
+    j.end_object();
   }
   j.end_array();
-  if (const auto q = ratios(rs)) {
-    j.key("core_vruntime_over_forceidle_balance").begin_object().field("requests_per_s", q->throughput);
-    j.field("latency_avg", q->latency_avg).field("latency_p95", q->latency_p95).field("gemms_per_s", q->gemms);
-    j.end_object();
+  write_ratios(j, "core_vruntime_over_forceidle_balance", policy_ratios(rs));
+  if (!s.compare_kernel) {
+    j.key("kernel").null();
+  } else if (!kernel_why.empty()) {
+    j.key("kernel").begin_object().field("available", false).field("reason", kernel_why).end_object();
   } else {
-    j.key("core_vruntime_over_forceidle_balance").null();
+    const auto nices = kernel_nices_for_weights(s.weight(0), s.weight(1));
+    j.key("kernel").begin_object().field("available", true);
+    j.key("nice").begin_object().field("a", nices[0]).field("b", nices[1]).end_object();
+    if (!rs.empty() && rs[0].kernel) write_runs(j, *rs[0].kernel);
+    j.end_object();
   }
+  write_ratios(j, "coresched_over_kernel", kernel_ratios(rs));
 }
 
-/// A wrong GEMM or reply is corrupted fiber state, not a slow run.
+/// A wrong GEMM or reply is corrupted state, not a slow run.
 bool results_ok(const std::vector<Result>& rs) {
   std::uint64_t bad = 0;
-  for (const auto& r : rs)
+  for (const auto& r : rs) {
     for (const auto& run : r.runs) bad += run.bad;
+    if (r.kernel)
+      for (const auto& run : r.kernel->runs) bad += run.bad;
+  }
   if (bad) std::fprintf(stderr, "coresched-bench tenants: %llu wrong GEMM result(s) or reply(ies)\n",
                         static_cast<unsigned long long>(bad));
   return bad == 0;
 }
 
+void print_ratios(const std::vector<Result>& rs) {
+  if (const auto q = policy_ratios(rs))
+    std::printf("\ncore_vruntime / forceidle_balance: req/s %.3f, latency avg %.3f, p95 %.3f, GEMM/s %.3f\n",
+                q->throughput, q->latency_avg, q->latency_p95, q->gemms);
+  if (const auto q = kernel_ratios(rs))
+    std::printf("\ncoresched / kernel, same invocation: request latency p99 %.3f, p99.9 %.3f, avg %.3f; "
+                "req/s %.3f; GEMM/s %.3f\n",
+                q->latency_p99, q->latency_p999, q->latency_avg, q->throughput, q->gemms);
+}
+
 int run(Settings s) {
   const Options base = runtime_options(smt_topology("tenants", s.topology), s.policy, s.placement, s.slice_us);
+  const std::string kernel_why = s.compare_kernel ? kernel_unavailable(s) : std::string();
+  const bool kernel = s.compare_kernel && kernel_why.empty();
   progress_line("tenants", fmt::format("filling a {} MiB table ...", s.table_mb));
   const Shared shared{GemmInputs(), make_table(s.table_mb)};
   const auto runtimes =
@@ -433,20 +465,21 @@ int run(Settings s) {
         const auto pus = static_cast<unsigned>(rt.topology().pus().size());
         if (!s.compute_fibers) s.compute_fibers = 2 * pus;
         if (!s.request_fibers) s.request_fibers = 2 * pus;
-        print_tenants_header(s, rt);
+        print_tenants_header(s, rt, kernel_why);
+        if (kernel && !rt.topology().real_siblings())
+          std::printf("note: the PUs are synthetic: kernel cookies will not keep the tenants' threads apart\n");
       },
-      [&](Runtime& rt) { return measure(rt, s, shared); },
+      [&](Runtime& rt) { return measure(rt, s, shared, kernel); },
       [&](JsonWriter& j, const std::vector<Result>& rs) {
-        Progress progress{0, static_cast<double>(s.runs * runtimes.size()), "runs"};
-        for (const auto& r : rs) progress.done += static_cast<double>(r.runs.size());
+        Progress progress{0, static_cast<double>(s.runs * runtimes.size() * (kernel ? 2 : 1)), "runs"};
+        for (const auto& r : rs)
+          progress.done += static_cast<double>(r.runs.size() + (r.kernel ? r.kernel->runs.size() : 0));
         print_interrupted(progress);
         std::fputs(render(s, rs).c_str(), stdout);
-        if (const auto q = ratios(rs))
-          std::printf("\ncore_vruntime / forceidle_balance: req/s %.3f, latency avg %.3f, p95 %.3f, GEMM/s %.3f\n",
-                      q->throughput, q->latency_avg, q->latency_p95, q->gemms);
+        print_ratios(rs);
         std::fflush(stdout);
         write_settings(j, s);
-        write_results(j, rs);
+        write_results(j, s, rs, kernel_why);
         write_interrupted(j, progress);
         return results_ok(rs);
       });

@@ -140,7 +140,8 @@ def tenants(bench):
         assert len(p["runs"]) == 2
         for r in p["runs"]:
             assert r["requests"] > 0 and r["gemms"] > 0 and r["bad_results"] == 0, r
-            check_latency(r["latency"], [50, 95, 99], p["policy"])
+            check_latency(r["latency"], [50, 95, 99, 99.9], p["policy"])
+    assert d["kernel"] is None and d["coresched_over_kernel"] is None, (d["kernel"], d["coresched_over_kernel"])
     ratios = d["core_vruntime_over_forceidle_balance"]
     assert ratios and all(v > 0 for v in ratios.values()), ratios
     # --think-us: the clients sleep between requests; the field reaches the JSON and requests still complete.
@@ -151,6 +152,19 @@ def tenants(bench):
     assert tr["requests"] > 0 and tr["bad_results"] == 0, tr
     # 2 clients, each at most one request per 200 us think: at most 10,000 req/s (a closed loop does ~250,000).
     assert t["policies"][0]["requests_per_s"]["avg"] < 10000, t["policies"][0]["requests_per_s"]
+    # --compare-kernel: the kernel's side where PR_SCHED_CORE works (the SMT guest), else skipped with the reason.
+    k = run_json(bench, ["tenants", "--topology", SYNTHETIC, "--time", "0.4", "--runs", "1", "--table-mb", "8",
+                         "--compute-fibers", "2", "--request-fibers", "2", "--compare-kernel"])
+    assert k["compare_kernel"] is True, k["compare_kernel"]
+    if k["kernel"]["available"]:
+        kr = k["kernel"]["runs"]
+        assert len(kr) == 1 and kr[0]["requests"] > 0 and kr[0]["gemms"] > 0 and kr[0]["bad_results"] == 0, kr
+        check_latency(kr[0]["latency"], [50, 95, 99, 99.9], "kernel")
+        assert k["coresched_over_kernel"]["latency_p99"] > 0, k["coresched_over_kernel"]
+    else:
+        assert "PR_SCHED_CORE" in k["kernel"]["reason"], k["kernel"]
+        assert k["coresched_over_kernel"] is None, k["coresched_over_kernel"]
+    rejects(bench, ["tenants", "--compare", "--compare-kernel"], "--compare with --compare-kernel")
     rejects(bench, ["tenants", "--compare", "--policy", "core_vruntime"], "--compare with --policy")
     rejects(bench, ["tenants", "--reads", "0"], "no reads")
     rejects(bench, ["tenants", "--think-us", "-1"], "negative think time")
