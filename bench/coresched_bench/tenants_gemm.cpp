@@ -12,12 +12,13 @@ namespace coresched::bench::tenants {
 #if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
-void gemm64(const float* __restrict a, const float* __restrict b, float* __restrict c) noexcept {
+void gemm64_rows(const float* __restrict a, const float* __restrict b, float* __restrict c, std::size_t first,
+                 std::size_t last) noexcept {
   constexpr std::size_t n = gemm_n;
-  for (std::size_t i = 0; i < n * n; ++i) c[i] = 0;
+  for (std::size_t i = first * n; i < last * n; ++i) c[i] = 0;
   // i-k-j order: the innermost loop walks a row of b and a row of c, both
   // contiguous, so it becomes vector multiply-adds.
-  for (std::size_t i = 0; i < n; ++i)
+  for (std::size_t i = first; i < last; ++i)
     for (std::size_t k = 0; k < n; ++k) {
       const float aik = a[i * n + k];
       for (std::size_t j = 0; j < n; ++j) c[i * n + j] += aik * b[k * n + j];

@@ -42,7 +42,9 @@ private:
 };
 static_assert(PageMatrix::bytes % 4096 == 0, "each matrix fills whole pages");
 
-/// c = a * b for row-major gemm_n x gemm_n matrices; `c` must not alias.
-void gemm64(const float* a, const float* b, float* c) noexcept;
+/// Rows [first, last) of c = a * b for row-major gemm_n x gemm_n matrices
+/// (`c` must not alias): a GEMM in pieces, so that the compute tenant reaches
+/// a preemption point between them.
+void gemm64_rows(const float* a, const float* b, float* c, std::size_t first, std::size_t last) noexcept;
 
 } // namespace coresched::bench::tenants
