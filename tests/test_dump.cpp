@@ -167,11 +167,14 @@ TEST_CASE("the fiber dump walks a frame that ASan marks as a redzone without abo
   Runtime rt(topo("core:1 pu:2"));
   Event release;
   auto waiter = rt.spawn([&] { wait_with_a_poisoned_frame_link(release); });
-  // Until the frame shows: a dump may catch the fiber parked before its wait
-  // is recorded, with only the switch on its stack.
-  const std::string d = dump_when(rt, [&](const std::string& s) { return has(s, "wait_with_a_poisoned_frame_link"); });
+  // Until the fiber shows parked with its frame: a dump may catch it still
+  // running into its wait, or parked with only the switch on its stack.
+  const std::string parked = "fiber " + std::to_string(waiter.id()) + " cookie 0 (untagged) parked";
+  const std::string d = dump_when(rt, [&](const std::string& s) {
+    return has(s, parked) && has(s, "wait_with_a_poisoned_frame_link");
+  });
   INFO(d);
-  CHECK(has(d, "fiber " + std::to_string(waiter.id()) + " cookie 0 (untagged) parked"));
+  CHECK(has(d, parked));
   CHECK(has(d, "wait_with_a_poisoned_frame_link"));
   release.set();
   waiter.join();
