@@ -4,7 +4,7 @@
 
 1. Live, under gdb: break once every fiber is parked, then `info fibers` must list each
    fiber of the example with its cookie and that cookie's name (the program links
-   name_tenants.cpp) and its wait (join, Mutex, Event, io read on the
+   name_tenants.cpp; where gdb cannot call into the process, the number and why) and its wait (join, Mutex, Event, io read on the
    pipe, sleep, an inline join) and how long; `fiber bt` of several fibers must show a frame
    in the example's own function; the thread's registers must be back afterwards; and
    `gcore` writes a core file.
@@ -174,6 +174,7 @@ def main():
             "-x", a.script,
             "-ex", "break stuck_all_parked",
             "-ex", "run",
+            "-ex", "echo ==call-probe==\\n", "-ex", "print (int) getpid()",
             "-ex", "echo ==info-fibers==\\n", "-ex", "info fibers",
             "-ex", "echo ==bt-mutex==\\n", "-ex", "fiber bt " + mutex_waiter_expr,
             "-ex", "echo ==bt-all==\\n", "-ex", "fiber bt all",
@@ -204,8 +205,17 @@ def main():
     check_layout_source(live, a.no_debug_info)
     listing = section(live, "==info-fibers==")
     rows = listing_rows(listing)
-    # The program names its cookies (name_tenants.cpp); a live process is asked for the names.
-    named = {"1": TENANT_A, "2": TENANT_B}
+    # The program names its cookies (name_tenants.cpp); a live process is asked for the names. Where gdb
+    # cannot call a function in the inferior at all (some VMs: "Couldn't write extended state status"), the
+    # listing must show numbers and say why instead.
+    calls = re.search(r"^\$\d+ = \d+$", section(live, "==call-probe==", "==info-fibers=="), re.M) is not None
+    if calls:
+        named = {"1": " (%s)" % TENANT_A, "2": " (%s)" % TENANT_B}
+    else:
+        named = {"1": "", "2": ""}
+        print("note: this gdb cannot call functions in the inferior here; names are not expected")
+        check("coresched_cookie_name could not be called" in listing,
+              "info fibers says why it shows cookies by number", listing)
     want = {
         holder: ("1", r"Event at 0x[0-9a-f]+"),
         mutex_waiter: ("2", r"Mutex at 0x[0-9a-f]+"),
@@ -216,7 +226,7 @@ def main():
         inline_parent: ("1", r"joins fiber \d+ inline"),
     }
     for fid, (number, wait) in want.items():
-        cookie = "%s (%s)" % (number, named[number])
+        cookie = number + named[number]
         row = rows.get(fid)
         check(row is not None and row[0] == cookie and row[1] == "parked" and re.match(wait, row[3]) is not None,
               "info fibers: fiber %d cookie %s parked, waiting for /%s/ (got %s)" % (fid, cookie, wait, row), listing)
@@ -235,7 +245,7 @@ def main():
     check(bool(frames_naming(bt, "wait_for_mutex")) and bool(frames_naming(bt, runtime_frame)),
           "fiber bt (mutex waiter): frames in %s and the example's wait_for_mutex" % runtime_frame, bt)
     check("make_fcontext" in bt and "?? ()" not in bt, "fiber bt ends at the fiber's first frame", bt)
-    check(("fiber %d (cookie 2 (%s), parked" % (mutex_waiter, TENANT_B)) in bt,
+    check(("fiber %d (cookie 2%s, parked" % (mutex_waiter, named["2"])) in bt,
           "fiber bt: the header names the fiber's cookie", bt)
 
     every = fiber_sections(section(live, "==bt-all==", "==fiber-inline=="))
