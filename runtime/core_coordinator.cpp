@@ -197,10 +197,13 @@ void CoreCoordinator::start(unsigned s, Fiber* f, WakeList& wakes, Pick& p) {
   set_forced(s, false);
   me.running.store(f->cookie, std::memory_order_release);
   if (single_pu()) return;
+  if (f->cookie == owner_) {
+    awaited_ &= ~(std::uint64_t{1} << s);
+    if (reserved_ >> s & 1) reserved_ = 0; // the turn has begun where it was reserved
+  }
   if (f->cookie != owner_) {
     checkpoint(cfg_.clock());
-    set_owner(f->cookie);
-    owner_started_ = true;
+    set_owner(f->cookie, s);
     if (handover_since_ != 0) { // this sibling hands over to itself: no gap
       p.handover_gap_ns = 0;
       p.handover_from = handover_from_;
@@ -288,6 +291,15 @@ Pick CoreCoordinator::pick_locked(unsigned s, WakeList& wakes) {
     me.preempt.store(true, std::memory_order_relaxed);
   }
   Pick p;
+  if ((want != owner_ || reserved_ != 0) && elsewhere == kNoCookie && holds_ == 0) [[unlikely]] {
+    if (want != owner_ ? hand_to_missed(s, want, wakes) : reserved_elsewhere(s)) {
+      set_forced(s, true);
+      p.kind = Pick::Kind::forced_idle;
+      p.wanted = want;
+      p.blocker = want;
+      return p;
+    }
+  }
   if (elsewhere != kNoCookie && want != elsewhere) {
     // Another cookie is due: ask the siblings running `elsewhere` to stop at
     // their next preemption point, and idle until they have.
@@ -314,7 +326,7 @@ Pick CoreCoordinator::pick_locked(unsigned s, WakeList& wakes) {
     // `want` is queued but pinned to a sibling: hand the core to it.
     if (owner_ != want) {
       checkpoint(cfg_.clock());
-      set_owner(want);
+      set_owner(want, kNoSibling);
     }
     wake_sleepers(wakes, s, true);
   }
@@ -324,6 +336,55 @@ Pick CoreCoordinator::pick_locked(unsigned s, WakeList& wakes) {
   p.steal = Pick::Steal::cookie; // like the kernel's try_steal_cookie
   p.steal_cookie = want;
   return p;
+}
+
+std::uint64_t CoreCoordinator::holders(std::uint64_t cookie, unsigned except) const noexcept {
+  std::uint64_t mask = 0;
+  for (unsigned t = 0; t < size(); ++t)
+    if (t != except && siblings_[t]->queue.count(cookie) > 0) mask |= std::uint64_t{1} << t;
+  return mask;
+}
+
+// Every sibling that holds a cookie's fibers gets to run one in its turns.
+// A light cookie's turn is the least turn (62.5 us at the default), shorter
+// than a sibling's wake-up on a VM, or than the wait for a CPU that synthetic
+// siblings share with a busy one. The sibling that began each turn ran the
+// cookie's fibers it held, the turn ended before the woken one ran, and the
+// fibers pinned there never ran (weights 25 and 2,500 on core:1 pu:4: 0-1
+// stretches of 20 us in 3 s against 740-1,360 of its sibling fiber's;
+// test_weights.cpp). So a turn's end records the siblings that held the
+// cookie's fibers through it and started none (`missed`, set_owner), and the
+// next turn begins on one of them: on this sibling if it missed it, else on
+// the next of them in turn (`next_missed`), to which this one hands the core
+// and idles instead of running the fibers it holds, as it does for a cookie
+// pinned elsewhere; the turn is booked from that sibling's first start
+// (owner_started). Idle, this one also leaves a CPU it may share with it.
+// A sibling that keeps missing a cookie's turns so begins one of every
+// 2 x (siblings - 1) of them at least. True if the core was handed over;
+// `s` is then forced idle.
+bool CoreCoordinator::hand_to_missed(unsigned s, std::uint64_t want, WakeList& wakes) {
+  CookieEntry& e = entry(want);
+  const std::uint64_t missed = e.missed & holders(want, kNoSibling);
+  e.missed = 0;
+  if (missed == 0 || (missed >> s & 1)) return false; // none, or it begins here
+  unsigned t = e.next_missed % size();
+  while (!(missed >> t & 1)) t = (t + 1) % size();
+  e.next_missed = t + 1;
+  checkpoint(cfg_.clock());
+  set_owner(want, kNoSibling);
+  reserved_ = std::uint64_t{1} << t;
+  wake_sleepers(wakes, s, true);
+  return true;
+}
+
+// While a turn is reserved for a sibling that missed the last one, the
+// others wait for it to begin the turn, for at most a granularity; then
+// they run it themselves (turn_due_locked times that).
+bool CoreCoordinator::reserved_elsewhere(unsigned s) {
+  if (reserved_ >> s & 1) return false;
+  if (cfg_.clock() - turn_start_ < cfg_.granularity_ns) return true;
+  reserved_ = 0;
+  return false;
 }
 
 bool CoreCoordinator::remove_unstarted_locked(unsigned s, Fiber* f, const JoinRecord* j) {
@@ -394,8 +455,7 @@ bool CoreCoordinator::change_running_cookie_locked(unsigned s, std::uint64_t coo
     // cookie with fibers queued here is on the books already.
     CookieEntry& e = entry(cookie);
     if (e.runnable == 0) place(e, true);
-    set_owner(cookie);
-    owner_started_ = true; // its fiber runs on
+    set_owner(cookie, s); // its fiber runs on
     wake_sleepers(wakes, s, true);
   }
   return true;

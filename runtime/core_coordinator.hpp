@@ -339,6 +339,8 @@ private:
     std::uint32_t weight = 100;  // cookie_weight(), as of the last checkpoint
     std::uint64_t owned_ns = 0;  // statistics: wall time it owned the core while on the books
     bool placed = false;         // it has arrived here before: place() may give it the sleeper credit
+    std::uint64_t missed = 0;    // siblings that held its fibers through its last turn and started none
+    unsigned next_missed = 0;    // the sibling its next turn looks at first among them (hand_to_missed)
   };
   CookieEntry& entry(std::uint64_t cookie);
   void count_queued(std::uint64_t cookie, int delta);
@@ -383,10 +385,23 @@ private:
   std::uint64_t min_vruntime_ = 0; // monotonic floor, as CFS's min_vruntime
   std::uint64_t weights_seen_ = 0; // weights_generation() the books' weights are from
   bool weighted_ = false;          // some cookie on the books has a weight other than the default
-  void set_owner(std::uint64_t cookie);
+  /// `starts_on`: the sibling where a fiber of the new owner starts with the
+  /// change (owner_started_), or kNoSibling.
+  void set_owner(std::uint64_t cookie, unsigned starts_on);
+  static constexpr unsigned kNoSibling = ~0u;
   void settle_departure(CookieEntry& leaver, std::uint64_t next);
   void owner_started(std::uint64_t now);
   bool owner_started_ = true; // a fiber of owner_ has started since it became the owner
+  // Siblings, a bit each: `awaited_` held fibers of owner_ when it became
+  // the owner and have started none since (what they still hold at the
+  // turn's end is the cookie's `missed`); `reserved_`, the one the turn
+  // begins on (hand_to_missed).
+  std::uint64_t awaited_ = 0;
+  std::uint64_t reserved_ = 0;
+  static_assert(kMaxPusPerCore <= 64, "a bit per sibling");
+  std::uint64_t holders(std::uint64_t cookie, unsigned except) const noexcept;
+  bool hand_to_missed(unsigned s, std::uint64_t want, WakeList& wakes);
+  bool reserved_elsewhere(unsigned s);
   void forget_idle_owner();
   // Blocking calls in flight on this core, and their cookie (hold_locked):
   // written under the lock; held_ is read lock-free by sibling_conflict.

@@ -293,7 +293,7 @@ void CoreCoordinator::owner_started(std::uint64_t now) {
 
 // Call after checkpoint(). Forced-idle balance keeps the owner at 0, so a
 // cookie's `waited` says how far ahead of the owner it is.
-void CoreCoordinator::set_owner(std::uint64_t cookie) {
+void CoreCoordinator::set_owner(std::uint64_t cookie, unsigned starts_on) {
   // A hand-over when the cookie left still has work (it was preempted for
   // fairness, not out of fibers): its gap runs until the new cookie starts.
   handover_since_ = 0;
@@ -309,7 +309,12 @@ void CoreCoordinator::set_owner(std::uint64_t cookie) {
   const std::int64_t base = next ? next->waited : 0;
   handover_from_ = owner_;
   turn_start_ = last_checkpoint_;
-  owner_started_ = false;
+  owner_started_ = starts_on != kNoSibling;
+  if (awaited_ != 0) [[unlikely]]
+    for (auto& e : cookies_)
+      if (e.cookie == owner_) e.missed = awaited_;
+  awaited_ = holders(cookie, starts_on);
+  reserved_ = 0;
   owner_ = cookie;
   owner_pub_.store(cookie, std::memory_order_relaxed);
   cookie_switches.fetch_add(1, std::memory_order_relaxed);
@@ -537,7 +542,9 @@ std::uint64_t CoreCoordinator::turn_due_locked(unsigned s) const noexcept {
   // at once and again.
   if (!owner_started_ && weighted_)
     until = std::max(until, static_cast<std::int64_t>(cfg_.granularity_ns >> kMinTurnShift));
-  const auto due = static_cast<std::int64_t>(last_checkpoint_) + until;
+  auto due = static_cast<std::int64_t>(last_checkpoint_) + until;
+  if (reserved_ != 0) [[unlikely]] // the turn waits for them to begin it, for at most a granularity (hand_to_missed)
+    due = std::max(due, static_cast<std::int64_t>(turn_start_ + cfg_.granularity_ns));
   return due > 0 ? static_cast<std::uint64_t>(due) : 1;
 }
 

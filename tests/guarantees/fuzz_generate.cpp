@@ -67,6 +67,7 @@ public:
 
   void run() {
     const int ncookies = 2 + rng_.below(4);
+    wide_weights_ = on(f_weights) && Rng(p_.seed ^ 0x3E16B7u).chance(50);
     p_.cookies.push_back(coresched::Cookie{}); // untagged is a cookie like any other
     for (int i = 1; i < ncookies; ++i)
       p_.cookies.push_back(on(f_weights) && rng_.chance(50) ? coresched::Cookie::create("", weight())
@@ -80,7 +81,9 @@ public:
     o.slice = std::chrono::microseconds(100 + 100 * rng_.below(10));
     o.policy = rng_.chance(50) ? coresched::FairnessPolicy::core_vruntime : coresched::FairnessPolicy::forceidle_balance;
     o.placement = rng_.chance(70) ? coresched::Placement::mask : coresched::Placement::scan;
-    for (int i = 0, n = on(f_rivals) ? rng_.below(5) : 0; i < n; ++i) {
+    int nrivals = on(f_rivals) ? rng_.below(5) : 0;
+    if (wide_weights_) nrivals = 0; // see weight()
+    for (int i = 0; i < nrivals; ++i) {
       Program::Rival r{rng_.below(static_cast<int>(p_.cookies.size())), std::nullopt};
       if (rng_.chance(30) && on(f_pin)) r.pin = static_cast<unsigned>(rng_.below(static_cast<int>(pus_)));
       p_.rivals.push_back(r);
@@ -162,13 +165,17 @@ private:
     return idx;
   }
 
-  /// Weights up to 100:1 apart, the spread over which shares are promised.
-  /// Further apart a light cookie's turns come so rarely that a program's
-  /// light fibers may outlast the watchdog; the simulation covers the whole
-  /// range.
+  /// Weights up to 100:1 apart, or over the whole range (1 to 10,000) in
+  /// programs without rivals. A rival is busy until the program ends, so a
+  /// cookie of weight w beside one of weight r gets w / (w + r) of their core:
+  /// at 1:10,000 the program's light fibers take 10,000 times their work in
+  /// wall time, past any watchdog. That is the promise, not a hang; the
+  /// programs' own fibers all end, so they may be weighted as far apart as
+  /// the API allows.
   std::uint32_t weight() {
-    static constexpr std::uint32_t kWeights[] = {25, 50, 100, 150, 200, 500, 1000, 2500};
-    return kWeights[rng_.below(8)];
+    static constexpr std::uint32_t kNarrow[] = {25, 50, 100, 150, 200, 500, 1000, 2500};
+    static constexpr std::uint32_t kWide[] = {1, 10, 50, 100, 500, 1000, 5000, 10000};
+    return (wide_weights_ ? kWide : kNarrow)[rng_.below(8)];
   }
 
   Op simple() {
@@ -298,6 +305,7 @@ private:
   Rng rng_;
   unsigned pus_;
   std::uint32_t without_;
+  bool wide_weights_ = false; // weight()
   int budget_ = 0;
 };
 
@@ -358,13 +366,18 @@ std::string Program::describe() const {
     pinned += f.pin.has_value();
     stacks += f.stack.has_value();
   }
+  std::string weights; // as created, or as a set_weight left them
+  for (const auto& c : cookies)
+    if (c.weight() != coresched::Cookie::kDefaultWeight)
+      weights += (weights.empty() ? " (" : ", ") + std::string("cookie ") + c.label() + " weight " + std::to_string(c.weight());
+  if (!weights.empty()) weights += ")";
   return "seed " + std::to_string(seed) + " topology \"" + options.topology + "\" policy " +
          coresched::to_string(options.policy) + " placement " + coresched::to_string(options.placement) + " slice " +
          std::to_string(options.slice.count()) + "us: " + std::to_string(fibers.size()) + " fibers (" +
          std::to_string(roots.size()) + " roots, " + std::to_string(throwing) + " throwing, " +
          std::to_string(waiting) + " left waiting for shutdown, " + std::to_string(pinned) + " pinned, " +
          std::to_string(stacks) + " with a stack size), " + std::to_string(ops) + " ops, " +
-         std::to_string(cookies.size()) + " cookies, " + std::to_string(rivals.size()) + " rivals" +
+         std::to_string(cookies.size()) + " cookies" + weights + ", " + std::to_string(rivals.size()) + " rivals" +
          (cpus[1].empty() ? "" : ", two runtimes (cpus " + cpus[0] + " | " + cpus[1] + ")");
 }
 

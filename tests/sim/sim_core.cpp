@@ -165,6 +165,7 @@ void CoreSim::set_idle(unsigned s, bool on) {
 }
 
 std::uint64_t CoreSim::wake_latency() noexcept {
+  if (slow_wakes) return rng_.range(100 * kUs, 300 * kUs);
   // An eventfd write to a worker sleeping in io_uring: 10-90 us on the VM, rarely more.
   return rng_.chance(0.02) ? rng_.range(90 * kUs, 300 * kUs) : rng_.range(5 * kUs, 90 * kUs);
 }

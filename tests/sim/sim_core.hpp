@@ -157,6 +157,10 @@ public:
   /// (the wake-up granularity). > 0: each tick comes 0-50 us late, and one in
   /// ten up to this late. 0: on time.
   std::uint64_t tick_late_max = 0;
+  /// Every wake-up of a sleeping sibling takes 100-300 us (a VM's, or a
+  /// thread waiting for a CPU it shares with a busy one), longer than a
+  /// light cookie's least turn.
+  bool slow_wakes = false;
   /// Per cookie, overrides of wait_bound, for cookies of unequal weights; 0:
   /// wait_bound.
   std::array<std::uint64_t, kMaxCookies> wait_bound_of{};

@@ -3,7 +3,8 @@
 // (Cookie::set_weight) competing for one core: busy cookies, 2 to 8 of them,
 // with weights from 1 to 10,000; a weighted cookie arriving after a long
 // solo run; weights changed while the core is contended; sleepers among
-// them. Checked, besides isolation and progress:
+// them; a light cookie with fibers pinned to every sibling. Checked,
+// besides isolation and progress:
 // - shares: over every window of 200 slices, each busy cookie owns the core
 //   for weight / sum of weights of the time, within 10 % (relative) where
 //   the heaviest cookie weighs at most 10 times it, within 25 % up to 100
@@ -205,6 +206,30 @@ void weight_changes(CoreSim& sim, Rng& rng, unsigned pus, Report& rep) {
   }
 }
 
+// A light cookie with a busy fiber pinned to each sibling, beside a heavy
+// busy cookie pinned to sibling 0 (20 to 100 times its weight). Sibling 0
+// begins the light turns, each the least turn, and in half the runs every
+// wake-up is slower than that (slow_wakes), so the other siblings miss them.
+// Each light fiber must run within two of its cookie's waits and turns: a
+// sibling that missed a turn begins the next
+// (CoreCoordinator::hand_to_missed). Without that rule, with slow wake-ups,
+// the pinned fibers waited past that bound in every run.
+void pinned_light(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
+  const auto light = static_cast<std::uint32_t>(rng.range(1, 100));
+  const Weights ws({light, static_cast<std::uint32_t>(std::min<std::uint64_t>(10'000, light * rng.range(20, 100)))});
+  sim.arrival_bound = kNever;
+  sim.slow_wakes = rng.chance(0.5);
+  set_wait_bounds(sim, ws, {1, 2});
+  sim.fiber_bound = 2 * (sim.wait_bound_of[1] + sim.turn);
+  spawn(sim, rng, 2, 1, 0);
+  for (unsigned s = 0; s < pus; ++s) spawn(sim, rng, 1, 1, static_cast<int>(s));
+  run_for(sim, rng.range(2000, 4000) * kSlice);
+  if (verbose())
+    std::printf("[sim]   weights %u:%u%s: longest fiber wait %.2f of its bound\n", ws.w[0], ws.w[1],
+                sim.slow_wakes ? ", slow wake-ups" : "",
+                static_cast<double>(sim.max_fiber_wait()) / static_cast<double>(sim.fiber_bound));
+}
+
 } // namespace
 
 TEST_CASE("sim: busy cookies of weights from 1 to 10000 share the core by weight", "[sim][weights]") {
@@ -217,4 +242,8 @@ TEST_CASE("sim: a weighted cookie arriving after a long solo run", "[sim][weight
 
 TEST_CASE("sim: weights changed while cookies contend", "[sim][weights]") {
   simulate("weight_changes", weight_changes, 12);
+}
+
+TEST_CASE("sim: a light cookie's fibers pinned to every sibling run in its turns", "[sim][weights]") {
+  simulate("pinned_light", pinned_light, 12);
 }
