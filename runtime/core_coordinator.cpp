@@ -197,7 +197,7 @@ void CoreCoordinator::start(unsigned s, Fiber* f, WakeList& wakes, Pick& p) {
   set_forced(s, false);
   me.running.store(f->cookie, std::memory_order_release);
   if (single_pu()) return;
-  if (f->cookie == owner_) {
+  if (awaited_ != 0 && f->cookie == owner_) [[unlikely]] { // reserved_ is a subset of awaited_
     awaited_ &= ~(std::uint64_t{1} << s);
     if (reserved_ >> s & 1) reserved_ = 0; // the turn has begun where it was reserved
   }

@@ -301,8 +301,10 @@ void CoreCoordinator::set_owner(std::uint64_t cookie, unsigned starts_on) {
   CookieEntry* next = nullptr;
   for (auto& e : cookies_) {
     if (e.cookie == cookie) next = &e;
-    else if (e.cookie == owner_ && e.runnable > 0) handover_since_ = owner_since_; // checkpoint() set it to now
-    else if (e.cookie == owner_) leaver = &e; // out of fibers: it leaves the core
+    if (e.cookie != owner_) continue;
+    e.missed = awaited_; // its turn's end (hand_to_missed)
+    if (e.runnable > 0) handover_since_ = owner_since_; // checkpoint() set it to now
+    else leaver = &e;                                   // out of fibers: it leaves the core
   }
   if (leaver && weighted_) [[unlikely]]
     settle_departure(*leaver, cookie);
@@ -310,9 +312,6 @@ void CoreCoordinator::set_owner(std::uint64_t cookie, unsigned starts_on) {
   handover_from_ = owner_;
   turn_start_ = last_checkpoint_;
   owner_started_ = starts_on != kNoSibling;
-  if (awaited_ != 0) [[unlikely]]
-    for (auto& e : cookies_)
-      if (e.cookie == owner_) e.missed = awaited_;
   awaited_ = holders(cookie, starts_on);
   reserved_ = 0;
   owner_ = cookie;
