@@ -179,9 +179,11 @@ Run run_fibers(Runtime& rt, const Settings& s, const Place& p, MemoryBuffer& buf
   const Stats after = rt.stats();
   r.forced_idle_ns = after.cores[p.core].forced_idle_ns - idle_before;
   r.cpu_owned_ns = after.cookie(cpu_cookie).core_ns - before.cookie(cpu_cookie).core_ns;
+  r.cpu_run_ns = after.cookie(cpu_cookie).cpu_ns - before.cookie(cpu_cookie).cpu_ns;
   if (c.mem) {
     const Cookie mem_cookie = cookies[static_cast<std::size_t>(c.mem->tag)];
     r.mem_owned_ns = after.cookie(mem_cookie).core_ns - before.cookie(mem_cookie).core_ns;
+    r.mem_run_ns = after.cookie(mem_cookie).cpu_ns - before.cookie(mem_cookie).cpu_ns;
   }
   r.siblings = p.siblings;
   return r;

@@ -173,12 +173,19 @@ struct Run {
   std::optional<std::uint64_t> cpu_owned_ns;
   /// How long the memory benchmark's cookie held the core (likewise).
   std::optional<std::uint64_t> mem_owned_ns;
+  /// How long the cpu benchmark's cookie's fibers ran (its cpu_ns: fibers
+  /// only, without the worker's idle path; coresched's fibers only).
+  std::optional<std::uint64_t> cpu_run_ns;
+  /// How long the memory benchmark's cookie's fibers ran (likewise).
+  std::optional<std::uint64_t> mem_run_ns;
   unsigned siblings = 2;
   bool thread_times = true; ///< Work::thread_cpu_ns was measured (not for sysbench's processes)
 
   /// The cpu benchmark's share of the core, in %, by the runtime's books:
   /// its cookie's core_ns over both cookies'. Unset without both.
   std::optional<double> cpu_core_share_pct() const;
+  /// The same by the time each cookie's fibers ran (cpu_ns).
+  std::optional<double> cpu_run_share_pct() const;
   /// The same by the loops' own thread CPU times.
   std::optional<double> cpu_thread_share_pct() const;
 
@@ -201,6 +208,7 @@ struct Row {
   std::optional<Summary> mem(std::uint64_t block_bytes) const;
   std::optional<Summary> forced_idle() const;
   std::optional<Summary> cpu_core_share() const;   ///< over Run::cpu_core_share_pct(), where the tenants compete
+  std::optional<Summary> cpu_run_share() const;    ///< over Run::cpu_run_share_pct(), where the tenants compete
   std::optional<Summary> cpu_thread_share() const; ///< over Run::cpu_thread_share_pct(), where the tenants compete
 };
 

@@ -173,11 +173,13 @@ void write_run(JsonWriter& j, const Run& r, std::uint64_t block_bytes) {
   j.field("cpu_events", r.cpu.events).field("cpu_elapsed_s", r.cpu_elapsed_s);
   j.field("cpu_events_per_s", r.cpu_events_per_s());
   if (r.cpu_owned_ns) j.field("cpu_owned_ns", *r.cpu_owned_ns);
+  if (r.cpu_run_ns) j.field("cpu_run_ns", *r.cpu_run_ns);
   if (r.thread_times) j.field("cpu_thread_cpu_ns", r.cpu.thread_cpu_ns);
   if (r.mem) {
     j.field("mem_events", r.mem->events).field("mem_elapsed_s", r.mem_elapsed_s);
     j.field("mem_mib_per_s", *r.mem_mib_per_s(block_bytes));
     if (r.mem_owned_ns) j.field("mem_owned_ns", *r.mem_owned_ns);
+    if (r.mem_run_ns) j.field("mem_run_ns", *r.mem_run_ns);
     if (r.thread_times) j.field("mem_thread_cpu_ns", r.mem->thread_cpu_ns);
   }
   if (r.forced_idle_ns) {

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The tenants' shares of the core in the matrix: what the weights ask for
-// (weight / sum), and what each way measured, by the runtime's books
-// (core_ns) and by the loops' thread CPU time (the kernel's clock).
+// (weight / sum), and what each way measured: by the runtime's books, the
+// time each cookie held the core (core_ns) and the time its fibers ran
+// (cpu_ns: what the weights divide), and by the loops' thread CPU time (the
+// kernel's clock, which on our side also counts the worker's idle path).
 #include "kernel_tag.hpp"
 #include "matrix.hpp"
 
@@ -37,16 +39,23 @@ std::optional<double> Run::cpu_core_share_pct() const {
   return share_pct(*cpu_owned_ns, *mem_owned_ns);
 }
 
+std::optional<double> Run::cpu_run_share_pct() const {
+  if (!cpu_run_ns || !mem_run_ns) return std::nullopt;
+  return share_pct(*cpu_run_ns, *mem_run_ns);
+}
+
 std::optional<double> Run::cpu_thread_share_pct() const {
   if (!mem || !thread_times) return std::nullopt;
   return share_pct(cpu.thread_cpu_ns, mem->thread_cpu_ns);
 }
 
 std::optional<Summary> Row::cpu_core_share() const { return over_runs(*this, &Run::cpu_core_share_pct); }
+std::optional<Summary> Row::cpu_run_share() const { return over_runs(*this, &Run::cpu_run_share_pct); }
 std::optional<Summary> Row::cpu_thread_share() const { return over_runs(*this, &Run::cpu_thread_share_pct); }
 
 std::string render_shares(const Settings& s, const std::vector<Row>& ours, const std::vector<Row>* kernel) {
-  std::vector<std::string> head{"config", "expected cpu %", "ours core_ns %", "stdev", "ours thread-time %", "stdev"};
+  std::vector<std::string> head{"config", "expected cpu %", "ours run %", "stdev", "ours core_ns %", "stdev",
+                                "ours thread-time %", "stdev"};
   if (kernel) head.insert(head.end(), {"kernel thread-time %", "stdev"});
   Table t(std::move(head));
   bool any = false;
@@ -54,9 +63,9 @@ std::string render_shares(const Settings& s, const std::vector<Row>& ours, const
     const auto expected = expected_cpu_share_pct(s, *r.config);
     if (!expected) continue;
     any = true;
-    const auto core = r.cpu_core_share(), thread = r.cpu_thread_share();
-    std::vector<std::string> cells{r.config->name, fixed(expected, 1), avg_of(core), stdev_of(core), avg_of(thread),
-                                   stdev_of(thread)};
+    const auto run = r.cpu_run_share(), core = r.cpu_core_share(), thread = r.cpu_thread_share();
+    std::vector<std::string> cells{r.config->name, fixed(expected, 1), avg_of(run), stdev_of(run), avg_of(core),
+                                   stdev_of(core), avg_of(thread), stdev_of(thread)};
     if (kernel) {
       const Row* k = find_row(*kernel, r.config->name);
       const auto ks = k ? k->cpu_thread_share() : std::nullopt;
@@ -66,7 +75,9 @@ std::string render_shares(const Settings& s, const std::vector<Row>& ours, const
   }
   if (!any) return {};
   return fmt::format("the cpu tenant's share of the core (weights cpu {} : mem {}; the mem tenant has the rest; "
-                     "core_ns: the runtime's books, thread-time: each loop's thread CPU time):\n{}",
+                     "run: the time its fibers ran (cpu_ns), which the weights divide; core_ns: the time its "
+                     "cookie held the core, hand-over gaps included; thread-time: each loop's thread CPU time, "
+                     "ours with the worker's idle path):\n{}",
                      s.weight(0), s.weight(1), t.render());
 }
 
@@ -83,6 +94,7 @@ void write_shares(JsonWriter& j, const Row& r, const Settings& s) {
     j.summary(cpu_key, *cpu, "%");
     j.summary(mem_key, Summary{100.0 - cpu->avg, cpu->stdev}, "%");
   };
+  put("cpu_run_pct", "mem_run_pct", r.cpu_run_share());
   put("cpu_core_pct", "mem_core_pct", r.cpu_core_share());
   put("cpu_thread_pct", "mem_thread_pct", r.cpu_thread_share());
   j.end_object();

@@ -67,7 +67,7 @@ with tempfile.TemporaryDirectory() as d:
     assert drawn["mem"] == {"ours": 5, "kernel": 5, "sysbench": 5}, drawn
     assert drawn["forced_idle"] == {"ours": 6, "kernel": 6, "sysbench": 6}, drawn
     # Shares where the tenants compete: cpu tagged, mem tagged, both tagged.
-    assert drawn["shares"] == {"ours_core": 3, "ours_thread": 3, "kernel_thread": 3, "expected": 3}, drawn
+    assert drawn["shares"] == {"ours_run": 3, "ours_core": 3, "ours_thread": 3, "kernel_thread": 3, "expected": 3}, drawn
 
     # The kernel could not run and the run was not weighted: no kernel bars,
     # no expected-share markers; the rest as before.
@@ -75,5 +75,5 @@ with tempfile.TemporaryDirectory() as d:
     data["weights"]["set"] = False
     drawn = plot(data, png)
     assert drawn["cpu"] == {"ours": 6, "sysbench": 6}, drawn
-    assert drawn["shares"] == {"ours_core": 3, "ours_thread": 3, "expected": 0}, drawn
+    assert drawn["shares"] == {"ours_run": 3, "ours_core": 3, "ours_thread": 3, "expected": 0}, drawn
 print("plot_matrix.py drew ours, the kernel's and sysbench's series, the shares and the expected markers")

@@ -24,7 +24,8 @@ WAYS = [("ours", "coresched", "tab:blue"), ("kernel", "kernel (PR_SCHED_CORE)", 
         ("sysbench", "sysbench processes", "tab:green")]
 
 # The share series: (label in the summary line, way, share key, legend, color).
-SHARES = [("ours_core", "ours", "cpu_core_pct", "coresched (core_ns)", "tab:blue"),
+SHARES = [("ours_run", "ours", "cpu_run_pct", "coresched (fibers' run time)", "navy"),
+          ("ours_core", "ours", "cpu_core_pct", "coresched (core_ns)", "tab:blue"),
           ("ours_thread", "ours", "cpu_thread_pct", "coresched (thread CPU time)", "lightsteelblue"),
           ("kernel_thread", "kernel", "cpu_thread_pct", "kernel (thread CPU time)", "tab:red")]
 

@@ -47,14 +47,15 @@ for name in ("Alone", "no tag"):
 for name in ("cpu tagged", "both tagged"):
     s = rows[name]["shares"]
     assert s["expected_cpu_pct"] == 75 and s["expected_mem_pct"] == 25, (name, s)
-    for by in ("core", "thread"):
+    for by in ("run", "core", "thread"):
         cpu = summary(s[f"cpu_{by}_pct"], (name, by))
         assert math.isclose(cpu + summary(s[f"mem_{by}_pct"], (name, by)), 100), (name, by, s)
     # Loose: well above the even split that ignored weights would give.
     # The runtime's books count wall time held, so a busy machine moves this little.
     assert 55 <= s["cpu_core_pct"]["avg"] <= 95, (name, s["cpu_core_pct"])
+    assert 55 <= s["cpu_run_pct"]["avg"] <= 95, (name, s["cpu_run_pct"])
     for run in rows[name]["runs"]:
-        for k in ("cpu_owned_ns", "mem_owned_ns", "cpu_thread_cpu_ns", "mem_thread_cpu_ns"):
+        for k in ("cpu_owned_ns", "mem_owned_ns", "cpu_run_ns", "mem_run_ns", "cpu_thread_cpu_ns", "mem_thread_cpu_ns"):
             assert run[k] > 0, (name, k, run)
 
 # Without --weights: both at the default, an even split expected.
