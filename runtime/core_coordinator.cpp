@@ -4,10 +4,10 @@
 #include "clock.hpp"
 #include "cookie_registry.hpp"
 #include "fiber_vtime.hpp"
+#include "invariant.hpp"
 #include "reactor.hpp"
 
 #include <algorithm>
-#include <cassert>
 #include <immintrin.h>
 
 namespace coresched::detail {
@@ -65,24 +65,39 @@ void CoreCoordinator::count_queued(std::uint64_t cookie, int delta) {
   e.runnable = static_cast<std::size_t>(static_cast<long>(e.runnable) + delta);
 }
 
+// The one scan of the published cookies: the first cookie other than
+// kNoCookie and `same` that a sibling other than `except` (size(): none
+// excepted) publishes, else a blocking call's hold if it differs from `same`,
+// else kNoCookie.
+std::uint64_t CoreCoordinator::published_other(unsigned except, std::uint64_t same, std::memory_order o) const noexcept {
+  for (unsigned t = 0; t < size(); ++t) {
+    if (t == except) continue;
+    const std::uint64_t r = siblings_[t]->running.load(o);
+    if (r != kNoCookie && r != same) return r;
+  }
+  const std::uint64_t h = held_.load(o);
+  return h != same ? h : kNoCookie;
+}
+
 std::uint64_t CoreCoordinator::other_running(unsigned s) const noexcept {
   if (testing::ignore_siblings.load(std::memory_order_relaxed)) return kNoCookie;
-  for (unsigned t = 0; t < size(); ++t) {
-    if (t == s) continue;
-    const std::uint64_t r = siblings_[t]->running.load(std::memory_order_relaxed);
-    if (r != kNoCookie) return r; // by the invariant, all running siblings agree
-  }
-  return held_.load(std::memory_order_relaxed);
+  return published_other(s, kNoCookie, std::memory_order_relaxed); // by the invariant, all running siblings agree
 }
 
 bool CoreCoordinator::compatible_locked(unsigned s, std::uint64_t cookie) const noexcept {
-  for (unsigned t = 0; t < size(); ++t) {
-    if (t == s) continue;
-    const std::uint64_t r = siblings_[t]->running.load(std::memory_order_relaxed);
-    if (r != kNoCookie && r != cookie) return false;
-  }
-  const std::uint64_t h = held_.load(std::memory_order_relaxed);
-  return h == kNoCookie || h == cookie;
+  return published_other(s, cookie, std::memory_order_relaxed) == kNoCookie;
+}
+
+void CoreCoordinator::publish_locked(unsigned s, std::uint64_t cookie) noexcept {
+  CORESCHED_INVARIANT(lock_.is_locked());
+  CORESCHED_INVARIANT(cookie == kNoCookie || single_pu() || testing::ignore_siblings.load(std::memory_order_relaxed) ||
+                      compatible_locked(s, cookie));
+  siblings_[s]->running.store(cookie);
+}
+
+void CoreCoordinator::publish_single_pu(unsigned s, std::uint64_t cookie) noexcept {
+  CORESCHED_INVARIANT(single_pu());
+  siblings_[s]->running.store(cookie);
 }
 
 void CoreCoordinator::requeue_locked(unsigned s, Fiber* f) {
@@ -106,7 +121,7 @@ Pick CoreCoordinator::requeue_and_pick_locked(unsigned s, Fiber* f, Requeue how,
   // ends where it began. Neither locked add is needed (a yield between
   // fibers of one worker took 15 % longer with them).
   me.preempt.store(false, std::memory_order_relaxed);
-  return pick_single_pu(me, false);
+  return pick_single_pu(s, false);
 }
 
 void CoreCoordinator::adopt_locked(unsigned s, Fiber* f) {
@@ -193,9 +208,8 @@ void CoreCoordinator::wake_sleepers(WakeList& wakes, unsigned except, bool only_
 }
 
 void CoreCoordinator::start(unsigned s, Fiber* f, WakeList& wakes, Pick& p) {
-  Sibling& me = *siblings_[s];
   set_forced(s, false);
-  me.running.store(f->cookie, std::memory_order_release);
+  publish_locked(s, f->cookie);
   if (single_pu()) return;
   if (awaited_ != 0 && f->cookie == owner_) [[unlikely]] { // reserved_ is a subset of awaited_
     awaited_ &= ~(std::uint64_t{1} << s);
@@ -251,12 +265,13 @@ void CoreCoordinator::move_spawned_locked(unsigned s) {
 
 // A single PU has no sibling to agree with: the oldest fiber of the lowest
 // vtime runs, whatever its cookie. `count`: take it off the queued count.
-Pick CoreCoordinator::pick_single_pu(Sibling& me, bool count) {
+Pick CoreCoordinator::pick_single_pu(unsigned s, bool count) {
+  Sibling& me = *siblings_[s];
   Pick p;
   if ((p.fiber = me.queue.pop_oldest())) {
     if (count) count_queued(p.fiber->cookie, -1);
     p.kind = Pick::Kind::run;
-    me.running.store(p.fiber->cookie, std::memory_order_release);
+    publish_locked(s, p.fiber->cookie);
     return p;
   }
   p.steal = Pick::Steal::any;
@@ -266,9 +281,9 @@ Pick CoreCoordinator::pick_single_pu(Sibling& me, bool count) {
 Pick CoreCoordinator::pick_locked(unsigned s, WakeList& wakes) {
   Sibling& me = *siblings_[s];
   drain_spawned_locked(s);
-  me.running.store(kNoCookie, std::memory_order_release);
+  publish_locked(s, kNoCookie);
   me.preempt.store(false, std::memory_order_relaxed);
-  if (single_pu()) return pick_single_pu(me, true);
+  if (single_pu()) return pick_single_pu(s, true);
   const std::uint64_t elsewhere = other_running(s);
   std::uint64_t want = 0;
   std::uint64_t kept_until = 0;
@@ -290,38 +305,26 @@ Pick CoreCoordinator::pick_locked(unsigned s, WakeList& wakes) {
     me.repick_at.store(kept_until, std::memory_order_relaxed);
     me.preempt.store(true, std::memory_order_relaxed);
   }
-  Pick p;
   if ((want != owner_ || reserved_ != 0) && elsewhere == kNoCookie && holds_ == 0) [[unlikely]] {
-    if (want != owner_ ? hand_to_missed(s, want, wakes) : reserved_elsewhere(s)) {
-      set_forced(s, true);
-      p.kind = Pick::Kind::forced_idle;
-      p.wanted = want;
-      p.blocker = want;
-      return p;
-    }
+    if (want != owner_ ? hand_to_missed(s, want, wakes) : reserved_elsewhere(s)) return forced_idle(s, want, want);
   }
   if (elsewhere != kNoCookie && want != elsewhere) {
     // Another cookie is due: ask the siblings running `elsewhere` to stop at
-    // their next preemption point, and idle until they have.
-    for (unsigned t = 0; t < size(); ++t)
-      if (t != s && siblings_[t]->running.load(std::memory_order_relaxed) == elsewhere)
-        siblings_[t]->ask_preempt();
-    set_forced(s, true);
-    p.kind = Pick::Kind::forced_idle;
-    p.wanted = want;
-    p.blocker = elsewhere;
-    return p;
+    // their next preemption point (this one publishes none), and idle until they have.
+    request_stop(elsewhere);
+    return forced_idle(s, want, elsewhere);
   }
+  Pick p;
   if ((p.fiber = take(s, want))) {
     p.kind = Pick::Kind::run;
     start(s, p.fiber, wakes, p);
     return p;
   }
   // The core's cookie is `want` but no fiber of it is ours to run.
-  bool other_work = false;
+  std::uint64_t other = kNoCookie;
   for (auto& e : cookies_)
-    if (e.runnable && e.cookie != want) { other_work = true; p.wanted = e.cookie; }
-  if (!other_work) return stop_and_idle(s, elsewhere, wakes);
+    if (e.runnable && e.cookie != want) other = e.cookie;
+  if (other == kNoCookie) return stop_and_idle(s, elsewhere, wakes);
   if (elsewhere == kNoCookie) {
     // `want` is queued but pinned to a sibling: hand the core to it.
     if (owner_ != want) {
@@ -330,11 +333,20 @@ Pick CoreCoordinator::pick_locked(unsigned s, WakeList& wakes) {
     }
     wake_sleepers(wakes, s, true);
   }
-  set_forced(s, true);
-  p.kind = Pick::Kind::forced_idle;
-  p.blocker = want;
+  p = forced_idle(s, other, want);
   p.steal = Pick::Steal::cookie; // like the kernel's try_steal_cookie
   p.steal_cookie = want;
+  return p;
+}
+
+// Sibling `s` idles, wanting `wanted`, while `blocker` holds the core (runs
+// on its siblings, or is about to start on one of them).
+Pick CoreCoordinator::forced_idle(unsigned s, std::uint64_t wanted, std::uint64_t blocker) {
+  set_forced(s, true);
+  Pick p;
+  p.kind = Pick::Kind::forced_idle;
+  p.wanted = wanted;
+  p.blocker = blocker;
   return p;
 }
 
@@ -443,7 +455,7 @@ bool CoreCoordinator::move_queued_locked(unsigned from, unsigned to, WakeList& w
 
 bool CoreCoordinator::change_running_cookie_locked(unsigned s, std::uint64_t cookie, WakeList& wakes) {
   if (!compatible_locked(s, cookie)) return false;
-  siblings_[s]->running.store(cookie, std::memory_order_release);
+  publish_locked(s, cookie);
   if (!single_pu() && cookie != owner_) {
     checkpoint(cfg_.clock());
     // The fiber brings its new cookie to the core without queueing it, so
@@ -464,9 +476,7 @@ bool CoreCoordinator::change_running_cookie_locked(unsigned s, std::uint64_t coo
 void CoreCoordinator::prepare_sleep_locked(unsigned s) {
   siblings_[s]->sleeping = true;
   if (single_pu() || owner_ == kNoCookie) return;
-  for (auto& o : siblings_)
-    if (o->running.load(std::memory_order_relaxed) != kNoCookie) return;
-  forget_idle_owner();
+  if (published_other(size(), kNoCookie, std::memory_order_relaxed) == kNoCookie) forget_idle_owner();
 }
 
 // No sibling runs anything: unless a blocking call holds the core, the core
@@ -492,7 +502,7 @@ void CoreCoordinator::hold_locked(std::uint64_t cookie) {
   // The caller's fiber runs `cookie` here, so the core's owner is `cookie`
   // and every sibling runs it or nothing; a hold already in place is of the
   // same cookie, since it keeps every other cookie off the core.
-  assert(owner_ == cookie && (holds_ == 0 || held_.load(std::memory_order_relaxed) == cookie));
+  CORESCHED_INVARIANT(owner_ == cookie && (holds_ == 0 || held_.load(std::memory_order_relaxed) == cookie));
   ++holds_;
   held_.store(cookie, std::memory_order_release);
 }
@@ -507,33 +517,21 @@ bool CoreCoordinator::try_hold_locked(std::uint64_t cookie) {
 }
 
 void CoreCoordinator::release_hold_locked(WakeList& wakes) {
-  assert(holds_ > 0);
+  CORESCHED_INVARIANT(holds_ > 0);
   if (--holds_ != 0) return;
   held_.store(kNoCookie, std::memory_order_release);
   // Siblings forced idle for the call's cookie pick again; if none runs
   // anything, the owner is the call's cookie with nothing left to run.
   wake_sleepers(wakes, size(), true);
-  for (auto& o : siblings_)
-    if (o->running.load(std::memory_order_relaxed) != kNoCookie) return;
-  forget_idle_owner();
+  if (published_other(size(), kNoCookie, std::memory_order_relaxed) == kNoCookie) forget_idle_owner();
 }
 
 bool CoreCoordinator::sibling_conflict(unsigned s, std::uint64_t cookie) const noexcept {
-  for (unsigned t = 0; t < size(); ++t) {
-    if (t == s) continue;
-    const std::uint64_t r = siblings_[t]->running.load(std::memory_order_acquire);
-    if (r != kNoCookie && r != cookie) return true;
-  }
-  const std::uint64_t h = held_.load(std::memory_order_acquire);
-  return h != kNoCookie && h != cookie;
+  return published_other(s, cookie, std::memory_order_acquire) != kNoCookie;
 }
 
 std::uint64_t CoreCoordinator::running_cookie() const noexcept {
-  for (const auto& s : siblings_) {
-    const std::uint64_t r = s->running.load(std::memory_order_relaxed);
-    if (r != kNoCookie) return r;
-  }
-  return held_.load(std::memory_order_relaxed);
+  return published_other(size(), kNoCookie, std::memory_order_relaxed);
 }
 
 CoreCoordinator::Handovers CoreCoordinator::handovers() {

@@ -79,10 +79,32 @@ private:
 };
 
 /// The per-PU part of a core's state.
+class CoreCoordinator;
+
+/// The cookie a sibling publishes: that of the fiber it runs or is about to
+/// start, kNoCookie while it runs none. Isolation rests on it: a sibling may
+/// publish a cookie only while every other sibling of its core publishes that
+/// cookie or none. Anyone reads it; only CoreCoordinator writes it, through
+/// publish_locked and publish_single_pu (the rule and its one exemption).
+class PublishedCookie {
+public:
+  std::uint64_t load(std::memory_order o = std::memory_order_acquire) const noexcept { return v_.load(o); }
+
+private:
+  friend class CoreCoordinator;
+  // Release: a sibling that reads the cookie (acquire) sees what the
+  // publisher did before it. Unchanged values are not stored again (the
+  // single-PU fast path republishes at every switch).
+  void store(std::uint64_t cookie) noexcept {
+    if (v_.load(std::memory_order_relaxed) != cookie) v_.store(cookie, std::memory_order_release);
+  }
+  std::atomic<std::uint64_t> v_{kNoCookie};
+};
+
 struct Sibling {
   unsigned worker = 0;  // global worker index
   RunQueue queue;       // guarded by the core lock
-  std::atomic<std::uint64_t> running{kNoCookie}; // published cookie; written under the lock
+  PublishedCookie running; // written by CoreCoordinator only (publish_locked, publish_single_pu)
   std::atomic<bool> preempt{false};     // asks the running fiber to yield at its next preempt_point (ask_preempt)
   // Set with `preempt` when the owner keeps the core only until a waiting
   // cookie is due: by a pick that kept it for the rest of its least turn, or
@@ -237,6 +259,15 @@ public:
   bool move_queued_locked(unsigned from, unsigned to, WakeList& wakes);
   /// Whether sibling `s` could start a fiber of `cookie` now without breaking isolation.
   bool compatible_locked(unsigned s, std::uint64_t cookie) const noexcept;
+  /// Under lock(): sibling `s` publishes `cookie` (kNoCookie: it runs
+  /// nothing). The only write of a published cookie on a core with siblings:
+  /// every pick reads its siblings' cookies under the same lock, so no two
+  /// siblings can each see the other idle and publish different cookies.
+  void publish_locked(unsigned s, std::uint64_t cookie) noexcept;
+  /// The one exemption, without the lock: on a single-PU core no sibling
+  /// compares with the cookie (placement, rescue and the dump read it as a
+  /// hint), so the worker's private fast path republishes as it switches.
+  void publish_single_pu(unsigned s, std::uint64_t cookie) noexcept;
   /// The running fiber on `s` changes its cookie; false if a sibling runs another cookie.
   bool change_running_cookie_locked(unsigned s, std::uint64_t cookie, WakeList& wakes);
   /// Sibling `s` is going to sleep: wakes it up on the next change.
@@ -347,6 +378,7 @@ private:
   void arrive(CookieEntry& e);
   void place(CookieEntry& e, bool carried = false);
   std::uint64_t other_running(unsigned s) const noexcept;
+  std::uint64_t published_other(unsigned except, std::uint64_t same, std::memory_order o) const noexcept;
   /// The cookie the core runs next (false: none is runnable). `kept_until`
   /// is set when the owner is kept while another cookie waits: to the end of
   /// the owner's least turn (ns) if that cookie leads, else to when it will
@@ -366,7 +398,8 @@ private:
   void checkpoint(std::uint64_t now);
   void book_weighted(std::uint64_t now, std::int64_t span);
   Fiber* take(unsigned s, std::uint64_t cookie);
-  Pick pick_single_pu(Sibling& me, bool count);
+  Pick pick_single_pu(unsigned s, bool count);
+  Pick forced_idle(unsigned s, std::uint64_t wanted, std::uint64_t blocker);
   void start(unsigned s, Fiber* f, WakeList& wakes, Pick& p);
   void set_forced(unsigned s, bool on) noexcept;
   void wake_sleepers(WakeList& wakes, unsigned except, bool only_with_work);

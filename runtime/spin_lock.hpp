@@ -30,6 +30,9 @@ public:
     return !flag_.load(std::memory_order_relaxed) && !flag_.exchange(true, std::memory_order_acquire);
   }
   void unlock() noexcept { flag_.store(false, std::memory_order_release); }
+  /// Held by some thread (for CORESCHED_INVARIANT: a caller that needs the
+  /// lock and forgot it finds it free, unless another thread holds it).
+  bool is_locked() const noexcept { return flag_.load(std::memory_order_relaxed); }
 
 private:
   static constexpr int kSpinsBeforeYield = 1024;

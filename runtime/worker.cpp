@@ -425,8 +425,7 @@ Pick Worker::pick() {
     p.fiber = local_.pop();
     Sibling& me = sibling();
     if (me.preempt.load(std::memory_order_relaxed)) me.preempt.store(false, std::memory_order_relaxed);
-    if (me.running.load(std::memory_order_relaxed) != p.fiber->cookie)
-      me.running.store(p.fiber->cookie, std::memory_order_release);
+    core_.publish_single_pu(sibling_, p.fiber->cookie); // local_ok(): a single-PU core
     ask_back_for_io();
     return p;
   }
@@ -500,8 +499,7 @@ void Worker::reschedule(Requeue how) {
     }
     local_.push_behind_all(self);
   }
-  if (me.running.load(std::memory_order_relaxed) != next->cookie)
-    me.running.store(next->cookie, std::memory_order_release);
+  core_.publish_single_pu(sibling_, next->cookie); // local_ok(): a single-PU core
   // `self` is invisible to other workers until its context is saved.
   prev_ = self;
   after_ = After::none;

@@ -132,7 +132,7 @@ bool Worker::sleep_once() {
   if (p.kind == Pick::Kind::run) {
     // Work arrived after all: put it back and let the loop take it.
     core_.requeue_locked(sibling_, p.fiber);
-    core_.sibling(sibling_).running.store(kNoCookie, std::memory_order_release);
+    core_.publish_locked(sibling_, kNoCookie);
     core_.lock().unlock();
     wakes.notify();
     return false;

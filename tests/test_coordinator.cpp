@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <mutex>
 #include <vector>
 
 using namespace coresched::detail;
@@ -34,6 +35,8 @@ struct Core {
     return c.pick_locked(s, w);
   }
   CoreCoordinator c;
+  // Single-threaded: every call runs under the core lock, as a worker's do.
+  std::unique_lock<SpinLock> held{c.lock()};
 };
 
 Fiber& fiber(std::vector<Fiber>& pool, std::size_t i, std::uint64_t cookie, int pinned = kNotPinned) {

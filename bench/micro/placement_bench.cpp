@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -35,7 +36,8 @@ struct Machine {
       const std::uint64_t cookie = rng() % 4;
       for (unsigned s = 0; s < core.pus.size(); ++s) {
         const bool busy = rng() % 100 < busy_pct;
-        cores[core.index]->sibling(s).running.store(busy ? cookie : kNoCookie);
+        std::lock_guard lk(cores[core.index]->lock());
+        cores[core.index]->publish_locked(s, busy ? cookie : kNoCookie);
         index->set_idle(core.pus[s], !busy);
       }
     }

@@ -374,7 +374,7 @@ void CoreSim::find_work(unsigned s) {
     const Pick q = core_.pick_locked(s, w);
     if (q.kind == Pick::Kind::run) { // work arrived after all: put it back and loop
       core_.requeue_locked(s, q.fiber);
-      core_.sibling(s).running.store(kNoCookie, std::memory_order_release);
+      core_.publish_locked(s, kNoCookie);
       notify(w);
       continue;
     }

@@ -54,6 +54,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <mutex>
 #include <queue>
 #include <string>
 #include <vector>
@@ -266,6 +267,9 @@ private:
 
   Rng rng_;
   CoreCoordinator core_;
+  // Single-threaded: every step runs under the core lock, as a worker's do
+  // (the coordinator checks it holds where the lock is required).
+  std::unique_lock<SpinLock> held_{core_.lock()};
   unsigned n_;
   FairnessPolicy policy_;
   std::uint64_t t0_ = 0;      // when the simulation began
