@@ -24,6 +24,7 @@
 
 using namespace coresched;
 using namespace std::chrono_literals;
+using test_support::scaled;
 using test_support::stress_scale;
 using test_support::topo;
 using test_support::workers_runqueue_wait_ns;
@@ -71,6 +72,31 @@ TEST_CASE("set_cookie changes the running fiber's cookie", "[cookie]") {
     return this_fiber::cookie();
   });
   CHECK(h.join() == c);
+}
+
+TEST_CASE("joining a fiber that changes its cookie on another core", "[cookie][tsan]") {
+  // A join looks for the child in its own core's queue while the child runs
+  // on the other core and changes its cookie there: the lookup must read no
+  // field of the child (TSan reported a data race while RunQueue::contains
+  // read its cookie). Asserts the values; the race itself shows under TSan.
+  Runtime rt(topo("core:2 pu:1"));
+  auto h = rt.spawn(
+      [] {
+        long sum = 0;
+        for (int i = 0; i < scaled(2000); ++i) {
+          auto child = spawn(
+              [i] {
+                for (int k = 0; k < 8; ++k) this_fiber::set_cookie(Cookie::create());
+                return i;
+              },
+              SpawnOptions{.pin_to_pu = 1});
+          sum += child.join(); // often while it runs, on PU 1
+        }
+        return sum;
+      },
+      SpawnOptions{.pin_to_pu = 0});
+  const long n = scaled(2000);
+  CHECK(h.join() == n * (n - 1) / 2);
 }
 
 namespace {
