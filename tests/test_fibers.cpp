@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Fibers: spawn/join, yield, exceptions, stealing, sleeping, shutdown, misuse.
+// Fibers: spawn/join, yield, exceptions, stealing, sleeping (the longest sleep
+// too), shutdown, misuse; a fiber's exception state and errno follow it across
+// suspensions, and a pinned joiner stays on its PU through an inline join.
 #include <coresched/coresched.hpp>
 
 #include "test_support.hpp"

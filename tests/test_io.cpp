@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fiber I/O on the workers' io_uring: sockets, files, timers, errors,
-// timeouts, cancellation and shutdown.
+// timeouts, cancellation and shutdown, transfers past 4 GiB, and the fd
+// numbers io::close frees.
 #include <coresched/coresched.hpp>
 #include <coresched/io.hpp>
 
