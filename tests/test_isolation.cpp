@@ -2,7 +2,7 @@
 // User code run on a fiber's behalf keeps that fiber's cookie: its joiner
 // resumed after an inline child changed its cookie, and the destructors of its
 // captures and results, run in the fiber they belong to.
-#include "isolation_probe.hpp"
+#include "guarantees/oracle.hpp"
 #include "test_support.hpp"
 
 #include <coresched/coresched.hpp>
@@ -15,22 +15,25 @@
 #include <vector>
 
 using namespace coresched;
+using guarantees::Oracle;
+using guarantees::Scope;
 using test_support::scaled;
 using test_support::spin;
 using test_support::topo;
 
 namespace {
 
-// Fibers of `c` that stamp the probe while they spin, until `stop`.
-void busy_tenant(Runtime& rt, IsolationProbe& probe, Cookie c, std::atomic<bool>& stop, int n,
+// Fibers of `c` that stamp the oracle while they spin, until `stop`.
+void busy_tenant(Runtime& rt, Oracle& oracle, Cookie c, std::atomic<bool>& stop, int n,
                  std::vector<JoinHandle<void>>& out) {
   for (int i = 0; i < n; ++i)
     out.push_back(rt.spawn(
-        [&] {
+        [&oracle, &stop, c] {
           while (!stop.load(std::memory_order_relaxed)) {
-            probe.enter();
-            spin(200);
-            probe.leave();
+            {
+              Scope s(oracle, c);
+              spin(200);
+            }
             this_fiber::yield();
           }
         },
@@ -43,11 +46,11 @@ TEST_CASE("a child joined inline that changes its cookie leaves its joiner under
           "[isolation]") {
   for (const char* spec : {"core:1 pu:2", "core:2 pu:2"}) {
     Runtime rt(topo(spec));
-    IsolationProbe probe(rt.topology());
+    Oracle oracle(rt.topology());
     const Cookie a = Cookie::create(), b = Cookie::create();
     std::atomic<bool> stop{false};
     std::vector<JoinHandle<void>> hs;
-    busy_tenant(rt, probe, b, stop, 2 * static_cast<int>(rt.topology().cores().size()), hs);
+    busy_tenant(rt, oracle, b, stop, 2 * static_cast<int>(rt.topology().cores().size()), hs);
     std::atomic<long> intervals{0};
     for (int p = 0; p < 2; ++p)
       hs.push_back(rt.spawn(
@@ -55,9 +58,10 @@ TEST_CASE("a child joined inline that changes its cookie leaves its joiner under
             for (int i = 0; i < scaled(20000); ++i) {
               // Joined before it started: it runs inline on this PU, and switches itself to b.
               spawn([&] { this_fiber::set_cookie(b); }).join();
-              probe.enter(); // this fiber is still a
-              spin(200);
-              probe.leave();
+              {
+                Scope s(oracle, a); // this fiber is still a
+                spin(200);
+              }
               intervals.fetch_add(1, std::memory_order_relaxed);
             }
           },
@@ -67,28 +71,27 @@ TEST_CASE("a child joined inline that changes its cookie leaves its joiner under
     stop = true;
     hs.clear();
     INFO(spec << ": " << intervals.load() << " intervals");
-    CHECK(probe.violations.load() == 0);
+    CHECK(oracle.violations.load() == 0);
   }
 }
 
 namespace {
 // A capture whose destructor is user code of the fiber's cookie: it stamps the
-// probe while it runs, as a destructor zeroising a tenant's key would touch it.
+// oracle while it runs, as a destructor zeroising a tenant's key would touch it.
 struct StampOnDestroy {
-  IsolationProbe* probe = nullptr;
+  Oracle* oracle = nullptr;
   std::atomic<long>* outside = nullptr;
-  StampOnDestroy(IsolationProbe* p, std::atomic<long>* o) : probe(p), outside(o) {}
-  StampOnDestroy(StampOnDestroy&& o) noexcept : probe(std::exchange(o.probe, nullptr)), outside(o.outside) {}
+  StampOnDestroy(Oracle* p, std::atomic<long>* o) : oracle(p), outside(o) {}
+  StampOnDestroy(StampOnDestroy&& o) noexcept : oracle(std::exchange(o.oracle, nullptr)), outside(o.outside) {}
   StampOnDestroy(const StampOnDestroy&) = delete;
   ~StampOnDestroy() {
-    if (!probe) return; // moved from
+    if (!oracle) return; // moved from
     if (!this_fiber::in_fiber()) { // the runtime destroyed it between fibers
       outside->fetch_add(1);
       return;
     }
-    probe->enter(); // under the cookie the runtime says this fiber has now
+    Scope s(*oracle, this_fiber::cookie()); // under the cookie the runtime says this fiber has now
     spin(200);
-    probe->leave();
   }
 };
 } // namespace
@@ -96,7 +99,7 @@ struct StampOnDestroy {
 TEST_CASE("a finished fiber's captures and uncollected result are destroyed under its own cookie",
           "[isolation]") {
   Runtime rt(topo("core:1 pu:2"));
-  IsolationProbe probe(rt.topology());
+  Oracle oracle(rt.topology());
   const Cookie a = Cookie::create(), b = Cookie::create();
   std::atomic<long> outside{0};
   std::atomic<int> done{0};
@@ -108,10 +111,10 @@ TEST_CASE("a finished fiber's captures and uncollected result are destroyed unde
         [&, c] {
           for (int i = 0; i < n; ++i) {
             spawn(
-                [cap = StampOnDestroy(&probe, &outside), &done] {
+                [cap = StampOnDestroy(&oracle, &outside), &done] {
                   spin(100);
                   done.fetch_add(1, std::memory_order_relaxed);
-                  return StampOnDestroy(cap.probe, cap.outside);
+                  return StampOnDestroy(cap.oracle, cap.outside);
                 },
                 SpawnOptions{.cookie = c, .detached = true});
             if (i % 16 == 0) this_fiber::yield();
@@ -125,7 +128,7 @@ TEST_CASE("a finished fiber's captures and uncollected result are destroyed unde
   rt.shutdown();
   CHECK(done.load() == 2 * n);
   CHECK(outside.load() == 0);
-  CHECK(probe.violations.load() == 0);
+  CHECK(oracle.violations.load() == 0);
 }
 
 TEST_CASE("a result whose handle goes after the fiber finished is destroyed by the handle's owner",

@@ -2,7 +2,7 @@
 // Fiber stacks: a fiber gets the size it asked for, also when run inline below
 // its joiner; a size no fiber can have is refused; a fiber that finds no memory
 // for its stack waits for one, and a join chain that can map none ends in StackError.
-#include "isolation_probe.hpp"
+#include "guarantees/oracle.hpp"
 #include "stack_pool.hpp"
 #include "test_support.hpp"
 
@@ -21,6 +21,8 @@
 
 using namespace coresched;
 using namespace std::chrono_literals;
+using guarantees::Oracle;
+using guarantees::Scope;
 using test_support::spin;
 using test_support::topo;
 
@@ -89,7 +91,7 @@ TEST_CASE("a stack size no fiber can have is refused at once", "[stack]") {
 
 TEST_CASE("a fiber that finds no memory for its stack waits and runs later", "[stack]") {
   Runtime rt(topo("core:1 pu:2"));
-  IsolationProbe probe(rt.topology());
+  Oracle oracle(rt.topology());
   const Cookie cookies[2] = {Cookie::create(), Cookie::create()};
   // Stacks come from the pool first: ask for an odd size, so each start maps one.
   coresched::detail::testing::fail_stack_allocations.store(60);
@@ -97,10 +99,11 @@ TEST_CASE("a fiber that finds no memory for its stack waits and runs later", "[s
   std::vector<JoinHandle<void>> hs;
   for (int i = 0; i < 200; ++i)
     hs.push_back(rt.spawn(
-        [&] {
-          probe.enter();
-          spin(100);
-          probe.leave();
+        [&, c = cookies[i % 2]] {
+          {
+            Scope s(oracle, c);
+            spin(100);
+          }
           this_fiber::sleep_for(std::chrono::milliseconds(1)); // hold the stack while others start
           ran.fetch_add(1);
         },
@@ -108,7 +111,7 @@ TEST_CASE("a fiber that finds no memory for its stack waits and runs later", "[s
   hs.clear();
   coresched::detail::testing::fail_stack_allocations.store(0);
   CHECK(ran.load() == 200);
-  CHECK(probe.violations.load() == 0);
+  CHECK(oracle.violations.load() == 0);
 }
 
 // Each fiber joins a child of the other cookie, so no child runs inline on its
