@@ -10,7 +10,6 @@
 
 #include <catch2/catch.hpp>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -24,7 +23,7 @@ using namespace std::chrono_literals;
 using coresched::Runtime;
 using test_support::stress_scale;
 
-inline int scaled(int n) { return std::max(1, static_cast<int>(n * stress_scale())); }
+using test_support::scaled;
 
 // A lost wake-up shows as a hang. Fail at once with a message instead of
 // waiting for the ctest timeout: abort if `progress` stops moving.

@@ -68,6 +68,21 @@ TEST_CASE("bad input to the cookie API is a UsageError with a message, and chang
   }
 }
 
+TEST_CASE("the reserved cookie value is refused with a message", "[cookies]") {
+  Runtime rt(topo("core:1 pu:2"));
+  const Cookie reserved = Cookie::from_value(~std::uint64_t{0});
+  CHECK_THROWS_WITH(rt.spawn([] {}, SpawnOptions{.cookie = reserved}), Catch::Contains("reserved"));
+  auto h = rt.spawn([&] {
+    try {
+      this_fiber::set_cookie(reserved);
+    } catch (const UsageError&) {
+      return true;
+    }
+    return false;
+  });
+  CHECK(h.join());
+}
+
 TEST_CASE("names, labels and weights read back", "[cookies]") {
   const Cookie premium = Cookie::create("premium", 250);
   CHECK(premium.name() == "premium");

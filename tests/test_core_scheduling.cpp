@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Core scheduling through the public API: cookies, isolation, fairness.
-#include "isolation_probe.hpp"
+#include "guarantees/oracle.hpp"
 
 #include "core_coordinator.hpp" // the test-only hook that breaks isolation
 
@@ -24,6 +24,9 @@
 
 using namespace coresched;
 using namespace std::chrono_literals;
+using guarantees::Oracle;
+using guarantees::Scope;
+using test_support::scaled;
 using test_support::stress_scale;
 using test_support::topo;
 using test_support::workers_runqueue_wait_ns;
@@ -73,12 +76,37 @@ TEST_CASE("set_cookie changes the running fiber's cookie", "[cookie]") {
   CHECK(h.join() == c);
 }
 
+TEST_CASE("joining a fiber that changes its cookie on another core", "[cookie][tsan]") {
+  // A join looks for the child in its own core's queue while the child runs
+  // on the other core and changes its cookie there: the lookup must read no
+  // field of the child (TSan reported a data race while RunQueue::contains
+  // read its cookie). Asserts the values; the race itself shows under TSan.
+  Runtime rt(topo("core:2 pu:1"));
+  auto h = rt.spawn(
+      [] {
+        long sum = 0;
+        for (int i = 0; i < scaled(2000); ++i) {
+          auto child = spawn(
+              [i] {
+                for (int k = 0; k < 8; ++k) this_fiber::set_cookie(Cookie::create());
+                return i;
+              },
+              SpawnOptions{.pin_to_pu = 1});
+          sum += child.join(); // often while it runs, on PU 1
+        }
+        return sum;
+      },
+      SpawnOptions{.pin_to_pu = 0});
+  const long n = scaled(2000);
+  CHECK(h.join() == n * (n - 1) / 2);
+}
+
 namespace {
 // Random yields, sleeps, cookie changes, spawns and joins, until `target`
-// scheduling events; checked by the probe (and the runtime's own checker).
+// scheduling events; checked by the oracle (and the runtime's own checker).
 void isolation_stress(const char* spec) {
   Runtime rt(topo(spec));
-  IsolationProbe probe(rt.topology());
+  Oracle oracle(rt.topology());
   const std::vector<Cookie> cookies{Cookie{}, Cookie::create(), Cookie::create(), Cookie::create(), Cookie::create()};
   const auto target = static_cast<std::uint64_t>(1'000'000 * stress_scale());
   std::atomic<bool> stop{false};
@@ -87,34 +115,33 @@ void isolation_stress(const char* spec) {
   for (unsigned i = 0; i < 24; ++i) {
     roots.push_back(rt.spawn([&, i] {
       std::minstd_rand rng(i + 1);
-      probe.enter();
+      Scope s(oracle, cookies[i % cookies.size()]);
       while (!stop.load(std::memory_order_relaxed)) {
         const auto op = rng() % 100;
-        probe.leave();
         if (op < 70) {
-          this_fiber::yield();
+          s.yield();
         } else if (op < 80) {
-          this_fiber::preempt_point();
+          s.preempt_point();
         } else if (op < 85) {
-          this_fiber::sleep_for(std::chrono::microseconds(rng() % 200));
+          s.sleep_for(std::chrono::microseconds(rng() % 200));
         } else if (op < 93) {
-          this_fiber::set_cookie(cookies[rng() % cookies.size()]);
+          s.set_cookie(cookies[rng() % cookies.size()]);
         } else {
           SpawnOptions so;
           if (rng() % 2) so.cookie = cookies[rng() % cookies.size()];
-          auto child = coresched::spawn([&] {
-            for (int k = 0; k < 3; ++k) {
-              probe.enter();
-              probe.leave();
-              this_fiber::yield();
-            }
-            children.fetch_add(1);
-          }, so);
-          child.join();
+          const Cookie expect = so.cookie.value_or(s.cookie()); // named, or inherited
+          s.around([&] {
+            auto child = coresched::spawn([&] {
+              for (int k = 0; k < 3; ++k) {
+                { Scope cs(oracle, expect); }
+                this_fiber::yield();
+              }
+              children.fetch_add(1);
+            }, so);
+            child.join();
+          });
         }
-        probe.enter();
       }
-      probe.leave();
     }, SpawnOptions{.cookie = cookies[i % cookies.size()]}));
   }
   while (total_switches(rt) < target) std::this_thread::sleep_for(20ms);
@@ -124,7 +151,7 @@ void isolation_stress(const char* spec) {
   INFO(st.to_table());
   CHECK(total_switches(rt) >= target);
   CHECK(children.load() > 0);
-  CHECK(probe.violations.load() == 0);
+  CHECK(oracle.violations.load() == 0);
   CHECK(st.isolation_violations == 0);
   std::uint64_t switches = 0;
   for (const auto& c : st.cores) switches += c.cookie_switches;
@@ -138,23 +165,25 @@ TEST_CASE("isolation stress on SMT-4 core:2 pu:4", "[isolation]") { isolation_st
 
 TEST_CASE("the checkers catch a deliberate isolation violation", "[isolation]") {
   Runtime rt(topo("core:1 pu:2"));
-  IsolationProbe probe(rt.topology());
+  Oracle oracle(rt.topology());
   detail::testing::ignore_siblings = true; // the test-only hook: picks ignore siblings
   std::vector<JoinHandle<void>> hs;
   for (unsigned pu = 0; pu < 2; ++pu) {
-    hs.push_back(rt.spawn([&] {
+    const Cookie c = Cookie::create();
+    hs.push_back(rt.spawn([&oracle, c] {
       const auto until = Clock::now() + 300ms;
       while (Clock::now() < until) {
-        probe.enter();
-        burn(50us);
-        probe.leave();
+        {
+          Scope s(oracle, c);
+          burn(50us);
+        }
         this_fiber::yield();
       }
-    }, SpawnOptions{.cookie = Cookie::create(), .pin_to_pu = pu}));
+    }, SpawnOptions{.cookie = c, .pin_to_pu = pu}));
   }
   for (auto& h : hs) h.join();
   detail::testing::ignore_siblings = false;
-  CHECK(probe.violations.load() > 0);
+  CHECK(oracle.violations.load() > 0);
 #ifdef CORESCHED_ISOLATION_CHECK
   CHECK(rt.stats().isolation_violations > 0);
 #endif

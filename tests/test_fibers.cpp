@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Fibers: spawn/join, yield, exceptions, stealing, sleeping, shutdown, misuse.
+// Fibers: spawn/join, yield, exceptions, stealing, sleeping (the longest sleep
+// too), shutdown, misuse; a fiber's exception state and errno follow it across
+// suspensions, and a pinned joiner stays on its PU through an inline join.
 #include <coresched/coresched.hpp>
 
 #include "test_support.hpp"
@@ -8,9 +10,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <exception>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <ctime>
 #include <vector>
@@ -21,6 +26,12 @@ using test_support::stress_scale;
 using test_support::topo;
 
 namespace {
+// errno is a thread-local, and its address is a const function of the thread:
+// the compiler may compute it once and reuse it after a suspension, when the
+// fiber may run on another thread (as with any thread_local). Code that
+// reads errno after a suspension reads it through a call like these.
+[[gnu::noinline]] int get_errno() { return errno; }
+[[gnu::noinline]] void set_errno(int v) { errno = v; }
 } // namespace
 
 TEST_CASE("100,000 fibers spawned and joined with correct results", "[fibers]") {
@@ -275,4 +286,125 @@ TEST_CASE("a fiber woken beside a CPU-bound fiber of its cookie runs at the runn
   const double ms = static_cast<double>(median.count()) / 1e6;
   INFO("median wake-to-run " << ms << " ms");
   CHECK(median < o.slice / 8);
+}
+
+TEST_CASE("exception state follows the fiber across suspensions", "[fibers][exceptions]") {
+  for (const char* spec : {"core:1 pu:1", "core:2 pu:1", "core:1 pu:2"}) {
+    Runtime rt(topo(spec));
+    std::atomic<int> wrong{0}, right{0};
+    std::vector<JoinHandle<void>> hs;
+    for (int i = 0; i < 400; ++i)
+      hs.push_back(rt.spawn([&, i] {
+        try {
+          throw std::runtime_error(std::to_string(i));
+        } catch (const std::exception&) {
+          // Suspend inside the handler: other fibers throw and catch meanwhile.
+          if (i % 2) this_fiber::yield();
+          else this_fiber::sleep_for(std::chrono::microseconds(100));
+          try {
+            std::rethrow_exception(std::current_exception());
+          } catch (const std::runtime_error& again) {
+            (again.what() == std::to_string(i) ? right : wrong).fetch_add(1);
+          }
+          try {
+            throw; // rethrows this fiber's own exception
+          } catch (const std::runtime_error& again) {
+            (again.what() == std::to_string(i) ? right : wrong).fetch_add(1);
+          }
+        }
+        if (std::current_exception()) wrong.fetch_add(1); // the handler has ended
+      }));
+    hs.clear();
+    INFO(spec);
+    CHECK(wrong.load() == 0);
+    CHECK(right.load() == 800);
+  }
+}
+
+TEST_CASE("std::uncaught_exceptions() follows a fiber that suspends during unwinding", "[fibers][exceptions]") {
+  Runtime rt(topo("core:1 pu:1"));
+  std::atomic<int> wrong{0};
+  struct SuspendingGuard {
+    std::atomic<int>* wrong;
+    ~SuspendingGuard() {
+      this_fiber::yield(); // another fiber runs, outside any unwinding
+      if (std::uncaught_exceptions() != 1) wrong->fetch_add(1);
+    }
+  };
+  std::vector<JoinHandle<void>> hs;
+  for (int i = 0; i < 100; ++i) {
+    hs.push_back(rt.spawn([&] {
+      try {
+        SuspendingGuard g{&wrong};
+        throw 1;
+      } catch (int) {
+      }
+    }));
+    hs.push_back(rt.spawn([&] {
+      this_fiber::yield();
+      if (std::uncaught_exceptions() != 0) wrong.fetch_add(1);
+    }));
+  }
+  hs.clear();
+  CHECK(wrong.load() == 0);
+}
+
+TEST_CASE("errno follows the fiber across suspensions", "[fibers][errno]") {
+  for (const char* spec : {"core:1 pu:1", "core:2 pu:1"}) {
+    Runtime rt(topo(spec));
+    std::atomic<int> wrong{0};
+    std::vector<JoinHandle<void>> hs;
+    for (int i = 0; i < 200; ++i)
+      hs.push_back(rt.spawn([&, i] {
+        for (int k = 0; k < 20; ++k) {
+          set_errno(1000 + i);
+          if (k % 2) this_fiber::yield();
+          else this_fiber::sleep_for(std::chrono::microseconds(50)); // the worker's own syscalls run meanwhile
+          if (get_errno() != 1000 + i) wrong.fetch_add(1);
+        }
+      }));
+    hs.clear();
+    INFO(spec);
+    CHECK(wrong.load() == 0);
+  }
+}
+
+TEST_CASE("an unpinned child joined inline keeps its pinned joiner on its PU", "[fibers][pin]") {
+  Runtime rt(topo("core:2 pu:1"));
+  std::atomic<bool> stop{false};
+  // Keep PU 1 busy, so a wake-up of the child prefers the idle PU 0.
+  auto hog = rt.spawn(
+      [&] {
+        while (!stop.load()) this_fiber::yield();
+      },
+      SpawnOptions{.pin_to_pu = 1});
+  auto h = rt.spawn(
+      [] {
+        int moved = 0;
+        for (int i = 0; i < 50; ++i) {
+          spawn([] { this_fiber::sleep_for(std::chrono::microseconds(200)); }).join();
+          moved += this_fiber::location().worker != 1;
+        }
+        return moved;
+      },
+      SpawnOptions{.pin_to_pu = 1});
+  CHECK(h.join() == 0);
+  stop = true;
+}
+
+// now() + nanoseconds::max() overflowed into the past: the longest sleep
+// returned at once. It now ends only with the runtime's shutdown.
+TEST_CASE("the longest sleep does not return early", "[fibers][sleep]") {
+  Runtime rt(topo("core:1 pu:1"));
+  std::atomic<bool> shutting{false};
+  std::atomic<bool> woke_before_shutdown{false};
+  auto sleeper = rt.spawn([&] {
+    this_fiber::sleep_for(std::chrono::nanoseconds::max());
+    woke_before_shutdown.store(!shutting.load());
+  });
+  std::this_thread::sleep_for(100ms);
+  shutting.store(true);
+  rt.shutdown();
+  sleeper.join();
+  CHECK_FALSE(woke_before_shutdown.load());
 }

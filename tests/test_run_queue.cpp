@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// The run queues on their own (RunQueue, LocalQueue): FIFO per cookie, steals that
+// skip pinned fibers, order by virtual runtime across the tick count's wrap, bounded inserts.
 #include "local_queue.hpp"
 #include "run_queue.hpp"
 

@@ -5,6 +5,7 @@
 #include <coresched/options.hpp>
 #include <coresched/this_fiber.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -27,6 +28,15 @@ inline coresched::Options topo(const char* spec,
 inline double stress_scale() {
   const char* s = std::getenv("CORESCHED_STRESS_SCALE");
   return s ? std::atof(s) : 1.0;
+}
+
+/// `n` scaled by stress_scale(), at least 1.
+inline int scaled(int n) { return std::max(1, static_cast<int>(n * stress_scale())); }
+
+/// Keeps the PU busy for about `iters` loop turns, so that an interval an
+/// isolation checker stamps is long enough for an overlapping sibling to see it.
+inline void spin(int iters) {
+  for (int i = 0; i < iters; ++i) asm volatile("" ::: "memory");
 }
 
 /// A CPU-bound fiber's body: arithmetic with a preemption point every few

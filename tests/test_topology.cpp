@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// Topology::discover: the machine's allowed CPUs, synthetic strings, hwloc XML,
+// CORESCHED_TOPOLOGY, and a clear error for bad input.
 #include <coresched/topology.hpp>
 
 #include <catch2/catch.hpp>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // coresched-fuzz: generates seeded random programs over the public API
 // (fuzz_generate.cpp), runs each on a Runtime of its own and checks them
-// (fuzz_execute.cpp). A watchdog aborts a program that hangs, after printing
+// (fuzz_run.cpp, fuzz_execute.cpp). A watchdog aborts a program that hangs, after printing
 // its seed, the fibers still pending and the runtime's statistics; a crash
 // prints the seed of the program it hit.
 //

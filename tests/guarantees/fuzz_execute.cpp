@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Runs a fuzz program on a Runtime of its own, through the public API only,
-// and checks what the application can see. Every fiber body runs inside an
-// oracle Scope holding the cookie the program believes the fiber has; every
-// switch point goes through Scope::around().
-#include "fuzz_program.hpp"
+// A fuzz program's fibers: each body runs its operations through the public
+// API only and checks what the application can see. Every fiber body runs
+// inside an oracle Scope holding the cookie the program believes the fiber
+// has; every switch point goes through Scope::around().
+#include "fuzz_execution.hpp"
 
 #include <chrono>
 #include <deque>
@@ -13,11 +13,6 @@
 #include <unistd.h>
 
 namespace fuzz {
-
-using namespace coresched;
-using namespace std::chrono_literals;
-using guarantees::Oracle;
-using guarantees::Scope;
 
 namespace {
 
@@ -74,672 +69,430 @@ struct PipeCtx {
   int w, items;
 };
 
-// ASan's redzones make frames two to three times bigger: stacks sized for the
-// normal build (and inline children sharing them) would overflow there.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr std::size_t kStackFactor = 4;
-#else
-constexpr std::size_t kStackFactor = 1;
-#endif
-
 std::uint64_t triangle(int n) { return static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(n + 1) / 2; }
 
 } // namespace
 
-struct Execution::Impl {
-  explicit Impl(const Program& prog)
-      : p(prog), recs(std::make_unique<Rec[]>(prog.fibers.size())), room(std::make_unique<SelectRoom>(prog)) {
-    for (int i = 0; i < prog.mutexes; ++i) mutexes.push_back(std::make_unique<Mutex>());
-    for (int u : prog.semaphore_units) sems.push_back(std::make_unique<Semaphore>(u));
+// ---- spawning and joining
+
+auto Execution::Impl::spawn_fiber(int idx, Cookie expect, void* ctx, bool detached) -> JoinHandle<Result> {
+  const FiberSpec& f = p.fibers[static_cast<std::size_t>(idx)];
+  SpawnOptions o;
+  if (f.cookie) o.cookie = p.cookies[static_cast<std::size_t>(*f.cookie)];
+  o.pin_to_pu = f.pin;
+  if (f.stack) o.stack_size = *f.stack * kStackFactor;
+  o.detached = detached;
+  auto fn = [this, idx, expect, ctx, probe = Probe(this, idx)]() { return body(idx, expect, ctx); };
+  return (f.runtime ? *rt2 : *rt).spawn(std::move(fn), o); // across runtimes too: the cookie is inherited
+}
+
+Cookie Execution::Impl::expected_cookie(int child, const Scope* parent) const {
+  const FiberSpec& f = p.fibers[static_cast<std::size_t>(child)];
+  if (f.cookie) return p.cookies[static_cast<std::size_t>(*f.cookie)];
+  return parent ? parent->cookie() : Cookie{};
+}
+
+/// Joins `h` (from fiber `self` through its scope, or from the main thread)
+/// and checks it returns exactly the child's value or its own exception.
+void Execution::Impl::check_join(Scope* s, int self, JoinHandle<Result>& h, int child, std::uint64_t expect) {
+  const FiberSpec& c = p.fibers[static_cast<std::size_t>(child)];
+  try {
+    Result r = s ? at(*s, self, __LINE__, [&] { return h.join(); }) : h.join();
+    r.adopt(self);
+    if (c.throws) fail("join of " + who(child) + " returned a value, but that fiber threw");
+    else if (r.value != expect)
+      fail("join of " + who(child) + " returned " + std::to_string(r.value) + ", expected " + std::to_string(expect));
+  } catch (const Tagged& t) {
+    if (!c.throws || t.seed != p.seed || t.fiber != child || t.tag != 0)
+      fail("join of " + who(child) + " threw the exception of fiber " + std::to_string(t.fiber) + " (tag " +
+           std::to_string(t.tag) + ")" + (c.throws ? "" : "; it threw none"));
+  } catch (const std::exception& e) {
+    fail("join of " + who(child) + " threw " + e.what());
   }
+}
 
-  // ---- bookkeeping, readable by the watchdog thread
-  struct Rec {
-    std::atomic<int> runs{0}, done{0}, op{-1}, line{0};
-    std::atomic<std::uint64_t> cookie{0}; // what the program believes the fiber's cookie is
-    std::atomic<bool> long_waiting{false};
-    std::atomic<int> local{-1}; // the FiberLocal value it set last (-1: none)
-  };
-  // A fiber's FiberLocal value. Its destructor is the fiber's own code: it
-  // must run in that fiber, under the cookie the program believes it has.
-  struct LocalTag {
-    Impl* ex;
-    int self, value;
-    ~LocalTag() {
-      const std::uint64_t want = ex->recs[static_cast<std::size_t>(self)].cookie.load();
-      if (this_fiber::cookie().value() != want)
-        ex->fail(ex->who(self) + ": its FiberLocal value was destroyed under cookie " +
-                 std::to_string(this_fiber::cookie().value()) + ", not its own " + std::to_string(want));
-      ex->locals_gone.fetch_add(1);
-    }
-  };
-  static inline FiberLocal<LocalTag> local_tag;
-  std::atomic<long> locals_made{0}, locals_gone{0};
-  const Program& p;
-  std::unique_ptr<Rec[]> recs;
-  std::unique_ptr<Oracle> oracle;
-  std::vector<std::unique_ptr<Mutex>> mutexes;
-  std::vector<std::unique_ptr<Semaphore>> sems;
-  std::atomic<int> mutex_holder[8]{};
-  std::atomic<int> sem_holders[8]{};
-  std::unique_ptr<SelectRoom> room; // the channels and events select ops share (fuzz_select.cpp)
-  int idle_pipe[2] = {-1, -1}; // never written: long waits read it until shutdown cancels them
-  std::atomic<std::uint64_t> events{0}, failure_count{0};
-  mutable std::mutex fail_mu;
-  std::vector<std::string> failures;
-  mutable std::mutex rt_mu; // guards `rt` for stats() against its construction
-  std::optional<Topology> machine; // what the oracle watches: both runtimes' cores when there are two
-  // Last, so they go first: destructors of what fibers own, run during their
-  // shutdown, still use the oracle and the records above.
-  std::unique_ptr<Runtime> rt, rt2; // rt2 only when the program has two runtimes
+void Execution::Impl::set_cookie(Scope& s, int self, Cookie c) {
+  s.set_cookie(c);
+  recs[static_cast<std::size_t>(self)].cookie.store(c.value());
+}
 
-  void fail(const std::string& what) {
-    if (failure_count.fetch_add(1) >= 12) return;
-    std::lock_guard lk(fail_mu);
-    failures.push_back(what);
+/// What the program did agrees with what the runtime says.
+void Execution::Impl::verify(const Scope& s, int self, const char* where) {
+  const FiberSpec& f = p.fibers[static_cast<std::size_t>(self)];
+  if (this_fiber::cookie() != s.cookie())
+    fail(who(self) + " " + where + ": this_fiber::cookie() is " + std::to_string(this_fiber::cookie().value()) +
+         ", the program's is " + std::to_string(s.cookie().value()));
+  if (f.pin && s.pu() != static_cast<int>(*f.pin))
+    fail(who(self) + " " + where + ": pinned to PU " + std::to_string(*f.pin) + " but runs on " +
+         std::to_string(s.pu()));
+  if (const int want = recs[static_cast<std::size_t>(self)].local.load(); want >= 0) {
+    const LocalTag* t = local_tag.get();
+    if (!t || t->self != self || t->value != want)
+      fail(who(self) + " " + where + ": its FiberLocal value is " +
+           (t ? "fiber " + std::to_string(t->self) + "'s " + std::to_string(t->value) : std::string("gone")) +
+           ", not its own " + std::to_string(want));
   }
-  std::string who(int i) const {
-    const FiberSpec& f = p.fibers[static_cast<std::size_t>(i)];
-    return "fiber " + std::to_string(i) + " (parent " + std::to_string(f.parent) + ", role " +
-           std::to_string(static_cast<int>(f.role)) + ")";
+}
+
+// ---- the fiber body
+
+auto Execution::Impl::body(int self, Cookie believed, void* ctx) -> Result {
+  Rec& r = recs[static_cast<std::size_t>(self)];
+  const FiberSpec& f = p.fibers[static_cast<std::size_t>(self)];
+  if (r.runs.fetch_add(1) != 0) fail(who(self) + " ran more than once");
+  r.cookie.store(believed.value());
+  Scope s(*oracle, believed, "fuzz fiber");
+  verify(s, self, "at start");
+  // A new fiber handles no exception, whoever spawned or joined it (an inline
+  // join runs it on a joiner that may be inside a catch block or unwinding).
+  if (std::current_exception() || std::uncaught_exceptions() != 0)
+    fail(who(self) + " starts with an exception being handled (" + describe_current() + ") or " +
+         std::to_string(std::uncaught_exceptions()) + " in flight");
+  if (f.stack_use) (void)use_stack(f.stack_use);
+  std::deque<Pending> pending;
+  for (std::size_t i = 0; i < f.ops.size(); ++i) {
+    r.op.store(static_cast<int>(i));
+    run_op(s, self, f.ops[i], pending);
+    verify(s, self, to_string(f.ops[i].kind));
+    events.fetch_add(1, std::memory_order_relaxed);
   }
-  std::uint64_t value_of(int i) const { return p.seed * 1000003u + static_cast<std::uint64_t>(i) * 7919u + 1; }
+  r.op.store(-2);
+  while (!pending.empty()) join_front(s, self, pending);
+  const std::uint64_t value = role_action(s, self, ctx);
+  if (f.long_wait != LongWait::none) long_wait(s, self, f.long_wait);
+  r.done.store(1);
+  if (f.throws) throw Tagged{p.seed, self, 0};
+  // detach() or a dropped handle after the fiber finished hands the result to
+  // the handle's owner (the runtime destroys it there, by design): inert.
+  const bool handle_decides = f.join == JoinMode::drop || f.join == JoinMode::detach_call;
+  return Result(handle_decides ? nullptr : this, self, value,
+                f.join == JoinMode::detach_option ? "detached fiber's result destructor" : "result destructor");
+}
 
-  /// s.around(f), noting where fiber `self` waits (a source line) for the watchdog's report.
-  template <class F> decltype(auto) at(Scope& s, int self, int line, F&& f) {
-    if (self < 0) return s.around(std::forward<F>(f));
-    std::atomic<int>& where = recs[static_cast<std::size_t>(self)].line;
-    where.store(line);
-    struct Clear {
-      std::atomic<int>& w;
-      ~Clear() { w.store(0); }
-    } clear{where};
-    return s.around(std::forward<F>(f));
+void Execution::Impl::join_front(Scope& s, int self, std::deque<Pending>& pending) {
+  Pending x = std::move(pending.front());
+  pending.pop_front();
+  check_join(&s, self, x.h, x.child, value_of(x.child));
+}
+
+void Execution::Impl::run_simple(Scope& s, int self, const Op& op) {
+  switch (op.kind) {
+  case OpKind::set_cookie: set_cookie(s, self, p.cookies[static_cast<std::size_t>(op.a)]); break;
+  case OpKind::set_weight: p.cookies[static_cast<std::size_t>(op.a)].set_weight(static_cast<std::uint32_t>(op.b)); break;
+  case OpKind::yield: s.yield(); break;
+  case OpKind::preempt: s.preempt_point(); break;
+  case OpKind::sleep: s.sleep_for(std::chrono::microseconds(op.a)); break;
+  case OpKind::burn: s.burn(std::chrono::microseconds(op.a)); break;
+  default: fail("not a simple op: " + std::string(to_string(op.kind))); break;
   }
+}
 
-  // ---- what a fiber owns: destructors that are its user code
-
-  /// Stamps the final believed cookie of fiber `owner` (-1: the main thread,
-  /// which is not a PU) for a destructor of something it owned.
-  void stamp_destructor(int owner, const char* what) {
-    if (owner < 0) return;
-    Scope s(*oracle, Cookie::from_value(recs[static_cast<std::size_t>(owner)].cookie.load()), what);
-    s.burn(3us);
-  }
-  class Probe { // captured by every fiber's callable
-  public:
-    Probe(Impl* ex, int owner) : ex_(ex), owner_(owner) {}
-    Probe(Probe&& o) noexcept : ex_(std::exchange(o.ex_, nullptr)), owner_(o.owner_) {}
-    Probe& operator=(Probe&&) = delete;
-    ~Probe() {
-      if (ex_) ex_->stamp_destructor(owner_, "capture destructor");
-    }
-
-  private:
-    Impl* ex_;
-    int owner_;
-  };
-  // Every fiber's result. One spawned detached is destroyed by the runtime and
-  // belongs to that fiber; a joined one's is adopted by its joiner. One whose
-  // handle is dropped or detach()ed is inert: if the fiber had finished, the
-  // handle's owner destroys it, so whose cookie applies depends on timing.
-  class Result {
-  public:
-    Result(Impl* ex, int owner, std::uint64_t v, const char* what)
-        : value(v), ex_(ex), owner_(owner), what_(what) {}
-    Result(Result&& o) noexcept
-        : value(o.value), ex_(std::exchange(o.ex_, nullptr)), owner_(o.owner_), what_(o.what_) {}
-    Result& operator=(Result&&) = delete;
-    ~Result() {
-      if (ex_) ex_->stamp_destructor(owner_, what_);
-    }
-    void adopt(int owner) noexcept {
-      owner_ = owner;
-      what_ = "joiner's copy of a result, destroyed";
-    }
-    std::uint64_t value;
-
-  private:
-    Impl* ex_;
-    int owner_;
-    const char* what_;
-  };
-  struct Pending {
-    int child;
-    JoinHandle<Result> h;
-  };
-
-  // ---- spawning and joining
-
-  JoinHandle<Result> spawn_fiber(int idx, Cookie expect, void* ctx, bool detached) {
-    const FiberSpec& f = p.fibers[static_cast<std::size_t>(idx)];
-    SpawnOptions o;
-    if (f.cookie) o.cookie = p.cookies[static_cast<std::size_t>(*f.cookie)];
-    o.pin_to_pu = f.pin;
-    if (f.stack) o.stack_size = *f.stack * kStackFactor;
-    o.detached = detached;
-    auto fn = [this, idx, expect, ctx, probe = Probe(this, idx)]() { return body(idx, expect, ctx); };
-    return (f.runtime ? *rt2 : *rt).spawn(std::move(fn), o); // across runtimes too: the cookie is inherited
-  }
-  Cookie expected_cookie(int child, const Scope* parent) const {
-    const FiberSpec& f = p.fibers[static_cast<std::size_t>(child)];
-    if (f.cookie) return p.cookies[static_cast<std::size_t>(*f.cookie)];
-    return parent ? parent->cookie() : Cookie{};
-  }
-  /// Joins `h` (from fiber `self` through its scope, or from the main thread)
-  /// and checks it returns exactly the child's value or its own exception.
-  void check_join(Scope* s, int self, JoinHandle<Result>& h, int child, std::uint64_t expect) {
-    const FiberSpec& c = p.fibers[static_cast<std::size_t>(child)];
-    try {
-      Result r = s ? at(*s, self, __LINE__, [&] { return h.join(); }) : h.join();
-      r.adopt(self);
-      if (c.throws) fail("join of " + who(child) + " returned a value, but that fiber threw");
-      else if (r.value != expect)
-        fail("join of " + who(child) + " returned " + std::to_string(r.value) + ", expected " + std::to_string(expect));
-    } catch (const Tagged& t) {
-      if (!c.throws || t.seed != p.seed || t.fiber != child || t.tag != 0)
-        fail("join of " + who(child) + " threw the exception of fiber " + std::to_string(t.fiber) + " (tag " +
-             std::to_string(t.tag) + ")" + (c.throws ? "" : "; it threw none"));
-    } catch (const std::exception& e) {
-      fail("join of " + who(child) + " threw " + e.what());
-    }
-  }
-  void set_cookie(Scope& s, int self, Cookie c) {
-    s.set_cookie(c);
-    recs[static_cast<std::size_t>(self)].cookie.store(c.value());
-  }
-  /// What the program did agrees with what the runtime says.
-  void verify(const Scope& s, int self, const char* where) {
-    const FiberSpec& f = p.fibers[static_cast<std::size_t>(self)];
-    if (this_fiber::cookie() != s.cookie())
-      fail(who(self) + " " + where + ": this_fiber::cookie() is " + std::to_string(this_fiber::cookie().value()) +
-           ", the program's is " + std::to_string(s.cookie().value()));
-    if (f.pin && s.pu() != static_cast<int>(*f.pin))
-      fail(who(self) + " " + where + ": pinned to PU " + std::to_string(*f.pin) + " but runs on " +
-           std::to_string(s.pu()));
-    if (const int want = recs[static_cast<std::size_t>(self)].local.load(); want >= 0) {
-      const LocalTag* t = local_tag.get();
-      if (!t || t->self != self || t->value != want)
-        fail(who(self) + " " + where + ": its FiberLocal value is " +
-             (t ? "fiber " + std::to_string(t->self) + "'s " + std::to_string(t->value) : std::string("gone")) +
-             ", not its own " + std::to_string(want));
-    }
-  }
-
-  // ---- the fiber body
-
-  Result body(int self, Cookie believed, void* ctx) {
-    Rec& r = recs[static_cast<std::size_t>(self)];
-    const FiberSpec& f = p.fibers[static_cast<std::size_t>(self)];
-    if (r.runs.fetch_add(1) != 0) fail(who(self) + " ran more than once");
-    r.cookie.store(believed.value());
-    Scope s(*oracle, believed, "fuzz fiber");
-    verify(s, self, "at start");
-    // A new fiber handles no exception, whoever spawned or joined it (an inline
-    // join runs it on a joiner that may be inside a catch block or unwinding).
-    if (std::current_exception() || std::uncaught_exceptions() != 0)
-      fail(who(self) + " starts with an exception being handled (" + describe_current() + ") or " +
-           std::to_string(std::uncaught_exceptions()) + " in flight");
-    if (f.stack_use) (void)use_stack(f.stack_use);
-    std::deque<Pending> pending;
-    for (std::size_t i = 0; i < f.ops.size(); ++i) {
-      r.op.store(static_cast<int>(i));
-      run_op(s, self, f.ops[i], pending);
-      verify(s, self, to_string(f.ops[i].kind));
-      events.fetch_add(1, std::memory_order_relaxed);
-    }
-    r.op.store(-2);
-    while (!pending.empty()) join_front(s, self, pending);
-    const std::uint64_t value = role_action(s, self, ctx);
-    if (f.long_wait != LongWait::none) long_wait(s, self, f.long_wait);
-    r.done.store(1);
-    if (f.throws) throw Tagged{p.seed, self, 0};
-    // detach() or a dropped handle after the fiber finished hands the result to
-    // the handle's owner (the runtime destroys it there, by design): inert.
-    const bool handle_decides = f.join == JoinMode::drop || f.join == JoinMode::detach_call;
-    return Result(handle_decides ? nullptr : this, self, value,
-                  f.join == JoinMode::detach_option ? "detached fiber's result destructor" : "result destructor");
-  }
-
-  void join_front(Scope& s, int self, std::deque<Pending>& pending) {
-    Pending x = std::move(pending.front());
-    pending.pop_front();
-    check_join(&s, self, x.h, x.child, value_of(x.child));
-  }
-
-  void run_simple(Scope& s, int self, const Op& op) {
-    switch (op.kind) {
-    case OpKind::set_cookie: set_cookie(s, self, p.cookies[static_cast<std::size_t>(op.a)]); break;
-    case OpKind::set_weight: p.cookies[static_cast<std::size_t>(op.a)].set_weight(static_cast<std::uint32_t>(op.b)); break;
-    case OpKind::yield: s.yield(); break;
-    case OpKind::preempt: s.preempt_point(); break;
-    case OpKind::sleep: s.sleep_for(std::chrono::microseconds(op.a)); break;
-    case OpKind::burn: s.burn(std::chrono::microseconds(op.a)); break;
-    default: fail("not a simple op: " + std::string(to_string(op.kind))); break;
-    }
-  }
-
-  [[gnu::noinline]] void run_op(Scope& s, int self, const Op& op, std::deque<Pending>& pending) {
-    switch (op.kind) {
-    case OpKind::spawn: {
-      auto h = at(s, self, __LINE__, [&] {
-        return spawn_fiber(op.child, expected_cookie(op.child, &s), nullptr, op.join == JoinMode::detach_option);
-      });
-      switch (op.join) {
-      case JoinMode::now: check_join(&s, self, h, op.child, value_of(op.child)); break;
-      case JoinMode::later: pending.push_back({op.child, std::move(h)}); break;
-      case JoinMode::drop: at(s, self, __LINE__, [&] { JoinHandle<Result> dropped = std::move(h); }); break;
-      case JoinMode::detach_call: h.detach(); break;
-      case JoinMode::detach_option:
-        if (h.joinable()) fail("a detached spawn returned a joinable handle");
-        break;
-      }
+void Execution::Impl::run_op(Scope& s, int self, const Op& op, std::deque<Pending>& pending) {
+  switch (op.kind) {
+  case OpKind::spawn: {
+    auto h = at(s, self, __LINE__, [&] {
+      return spawn_fiber(op.child, expected_cookie(op.child, &s), nullptr, op.join == JoinMode::detach_option);
+    });
+    switch (op.join) {
+    case JoinMode::now: check_join(&s, self, h, op.child, value_of(op.child)); break;
+    case JoinMode::later: pending.push_back({op.child, std::move(h)}); break;
+    case JoinMode::drop: at(s, self, __LINE__, [&] { JoinHandle<Result> dropped = std::move(h); }); break;
+    case JoinMode::detach_call: h.detach(); break;
+    case JoinMode::detach_option:
+      if (h.joinable()) fail("a detached spawn returned a joinable handle");
       break;
     }
-    case OpKind::join_pending:
-      if (!pending.empty()) join_front(s, self, pending);
-      break;
-    case OpKind::mutex:
-      at(s, self, __LINE__, [&] { mutexes[static_cast<std::size_t>(op.a)]->lock(); });
-      holding_mutex(s, self, op);
-      break;
-    case OpKind::semaphore:
-      at(s, self, __LINE__, [&] { sems[static_cast<std::size_t>(op.a)]->acquire(); });
-      holding_unit(s, self, op);
-      break;
-    case OpKind::channel: channel(s, self, op); break;
-    case OpKind::timed_wait: timed_wait(s, self, op); break;
-    case OpKind::select: select_op(s, self, op); break;
-    case OpKind::blocking_call: {
-      const bool pinned = p.fibers[static_cast<std::size_t>(self)].pin.has_value();
-      const std::string e = run_blocking_call(s, op, value_of(self), pinned);
-      if (!e.empty()) fail(who(self) + ": " + e);
-      break;
-    }
-    case OpKind::fiber_local:
-      locals_made.fetch_add(1);
-      local_tag.reset(new LocalTag{this, self, op.a}); // destroys the one it had, here
-      recs[static_cast<std::size_t>(self)].local.store(op.a);
-      break;
-    case OpKind::event: {
-      EventCtx ctx(op.a);
-      auto h = at(s, self, __LINE__, [&] { return spawn_fiber(op.child, expected_cookie(op.child, &s), &ctx, false); });
-      for (int i = 0; i < op.a; ++i) {
-        ctx.ping.set();
-        at(s, self, __LINE__, [&] { ctx.pong.wait(); });
-        ctx.pong.reset();
-      }
-      check_join(&s, self, h, op.child, static_cast<std::uint64_t>(op.a));
-      break;
-    }
-    case OpKind::pipe: pipe(s, self, op); break;
-    case OpKind::wait_group: {
-      WaitGroup wg;
-      wg.add(static_cast<std::int64_t>(op.members.size()));
-      for (int m : op.members) at(s, self, __LINE__, [&] { spawn_fiber(m, expected_cookie(m, &s), &wg, true); });
-      at(s, self, __LINE__, [&] { wg.wait(); });
-      break;
-    }
-    case OpKind::latch: {
-      Latch latch(static_cast<std::ptrdiff_t>(op.members.size() + 1));
-      std::vector<Pending> hs;
-      for (int m : op.members)
-        hs.push_back({m, at(s, self, __LINE__, [&] { return spawn_fiber(m, expected_cookie(m, &s), &latch, false); })});
-      at(s, self, __LINE__, [&] { latch.arrive_and_wait(); });
-      for (auto& x : hs) check_join(&s, self, x.h, x.child, value_of(x.child));
-      break;
-    }
-    case OpKind::throw_catch: throw_catch(s, self, op); break;
-    case OpKind::io_sleep: {
-      const auto r = at(s, self, __LINE__, [&] { return io::sleep_until(std::chrono::steady_clock::now() + std::chrono::microseconds(op.a)); });
-      if (!r) fail(who(self) + ": io::sleep_until failed: " + r.error.message());
-      break;
-    }
-    default: run_simple(s, self, op); break;
-    }
+    break;
   }
-
-  // Holding mutex op.a: checks it is ours alone, runs `inner`, unlocks.
-  void holding_mutex(Scope& s, int self, const Op& op) {
-    const auto k = static_cast<std::size_t>(op.a);
-    if (mutex_holder[k].exchange(self + 1) != 0) fail(who(self) + " got mutex " + std::to_string(k) + " while held");
-    for (const Op& in : op.inner) run_simple(s, self, in);
-    mutex_holder[k].store(0);
-    mutexes[k]->unlock();
-  }
-  // Holding a unit of semaphore op.a: checks the count holds, runs `inner`, releases.
-  void holding_unit(Scope& s, int self, const Op& op) {
-    const auto k = static_cast<std::size_t>(op.a);
-    if (sem_holders[k].fetch_add(1) >= p.semaphore_units[k])
-      fail(who(self) + " got a unit of semaphore " + std::to_string(k) + " beyond its count");
-    for (const Op& in : op.inner) run_simple(s, self, in);
-    sem_holders[k].fetch_sub(1);
-    sems[k]->release();
-  }
-
-  // A timed lock or acquire may succeed or time out (holders run simple ops
-  // only, so it ends either way); a wait on what is never ready must time
-  // out, not before its time; a stopped wait must end, stopped.
-  [[gnu::noinline]] void timed_wait(Scope& s, int self, const Op& op) {
-    const auto d = std::chrono::microseconds(op.b);
-    const auto k = static_cast<std::size_t>(op.a);
-    const auto t0 = std::chrono::steady_clock::now();
-    auto early = [&](const char* what) {
-      if (std::chrono::steady_clock::now() - t0 < d)
-        fail(who(self) + ": " + what + " timed out before its " + std::to_string(op.b) + " us");
-    };
-    switch (op.c) {
-    case timed_mutex:
-      if (at(s, self, __LINE__, [&] { return mutexes[k]->try_lock_for(d); })) holding_mutex(s, self, op);
-      else early("Mutex::try_lock_for");
-      break;
-    case timed_semaphore:
-      if (at(s, self, __LINE__, [&] { return sems[k]->try_acquire_for(d); })) holding_unit(s, self, op);
-      else early("Semaphore::try_acquire_for");
-      break;
-    case timed_event: {
-      Event never;
-      if (at(s, self, __LINE__, [&] { return never.wait_for(d); })) fail(who(self) + ": an Event never set was seen set");
-      early("Event::wait_for");
-      break;
-    }
-    case timed_recv: {
-      Channel<int> empty(static_cast<std::size_t>(op.a));
-      if (at(s, self, __LINE__, [&] { return empty.recv_for(d); })) fail(who(self) + ": recv_for on an empty channel got an item");
-      early("Channel::recv_for");
-      break;
-    }
-    case stopped_event: {
-      Event never;
-      std::stop_source src;
-      std::thread stopper([&] {
-        std::this_thread::sleep_for(d);
-        src.request_stop();
-      });
-      const bool set = at(s, self, __LINE__, [&] { return never.wait(src.get_token()); });
-      stopper.join();
-      if (set || !src.stop_requested()) fail(who(self) + ": a stopped Event::wait did not end stopped");
-      break;
-    }
-    default: fail("unknown timed wait kind " + std::to_string(op.c)); break;
-    }
-  }
-
-  // Selects over the program's shared channels and events (fuzz_select.cpp),
-  // beside a peer (if the op has one) that selects over the mirrored cases.
-  [[gnu::noinline]] void select_op(Scope& s, int self, const Op& op) {
-    JoinHandle<Result> h;
-    if (op.child >= 0)
-      h = at(s, self, __LINE__, [&] {
-        return spawn_fiber(op.child, expected_cookie(op.child, &s), const_cast<Op*>(&op), false);
-      });
-    const std::string e = room->run(s, op, false, recs[static_cast<std::size_t>(self)].line);
+  case OpKind::join_pending:
+    if (!pending.empty()) join_front(s, self, pending);
+    break;
+  case OpKind::mutex:
+    at(s, self, __LINE__, [&] { mutexes[static_cast<std::size_t>(op.a)]->lock(); });
+    holding_mutex(s, self, op);
+    break;
+  case OpKind::semaphore:
+    at(s, self, __LINE__, [&] { sems[static_cast<std::size_t>(op.a)]->acquire(); });
+    holding_unit(s, self, op);
+    break;
+  case OpKind::channel: channel(s, self, op); break;
+  case OpKind::timed_wait: timed_wait(s, self, op); break;
+  case OpKind::select: select_op(s, self, op); break;
+  case OpKind::blocking_call: {
+    const bool pinned = p.fibers[static_cast<std::size_t>(self)].pin.has_value();
+    const std::string e = run_blocking_call(s, op, value_of(self), pinned);
     if (!e.empty()) fail(who(self) + ": " + e);
-    if (op.child >= 0) check_join(&s, self, h, op.child, value_of(op.child));
+    break;
   }
-
-  [[gnu::noinline]] void channel(Scope& s, int self, const Op& op) {
-    ChannelCtx ctx(static_cast<std::size_t>(op.b), op.a, op.c);
+  case OpKind::fiber_local:
+    locals_made.fetch_add(1);
+    local_tag.reset(new LocalTag{this, self, op.a}); // destroys the one it had, here
+    recs[static_cast<std::size_t>(self)].local.store(op.a);
+    break;
+  case OpKind::event: {
+    EventCtx ctx(op.a);
     auto h = at(s, self, __LINE__, [&] { return spawn_fiber(op.child, expected_cookie(op.child, &s), &ctx, false); });
-    std::uint64_t sum = 0;
-    for (int i = 1; i <= op.a; ++i) {
-      if (ctx.to_peer) {
-        if (!at(s, self, __LINE__, [&] { return ctx.ch.send(static_cast<std::uint64_t>(i)); })) fail(who(self) + ": send failed");
-      } else {
-        const auto v = at(s, self, __LINE__, [&] { return ctx.ch.recv(); });
-        if (!v) fail(who(self) + ": recv on an open channel returned nothing");
-        else sum += *v;
-      }
-    }
-    if (!ctx.to_peer && sum != triangle(op.a)) fail(who(self) + ": channel items lost or duplicated");
-    check_join(&s, self, h, op.child, triangle(op.a));
-    ctx.ch.close();
-    if (ctx.ch.try_recv()) fail(who(self) + ": a drained closed channel still had an item");
-  }
-
-  [[gnu::noinline]] void pipe(Scope& s, int self, const Op& op) {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) {
-      fail("pipe2 failed");
-      return;
-    }
-    PipeCtx ctx{fds[1], op.a};
-    auto h = at(s, self, __LINE__, [&] { return spawn_fiber(op.child, expected_cookie(op.child, &s), &ctx, false); });
-    for (int i = 1; i <= op.a; ++i) {
-      std::uint64_t v = 0;
-      const auto r = at(s, self, __LINE__, [&] { return io::read(fds[0], std::as_writable_bytes(std::span(&v, 1))); });
-      if (!r || r.value != sizeof v || v != static_cast<std::uint64_t>(i))
-        fail(who(self) + ": pipe read " + std::to_string(i) + " got " + std::to_string(v) + " (" + r.error.message() + ")");
+    for (int i = 0; i < op.a; ++i) {
+      ctx.ping.set();
+      at(s, self, __LINE__, [&] { ctx.pong.wait(); });
+      ctx.pong.reset();
     }
     check_join(&s, self, h, op.child, static_cast<std::uint64_t>(op.a));
-    for (int fd : fds) {
-      const auto r = at(s, self, __LINE__, [fd] { return io::close(fd); });
-      if (!r) fail(who(self) + ": io::close failed: " + r.error.message());
-    }
+    break;
   }
+  case OpKind::pipe: pipe(s, self, op); break;
+  case OpKind::wait_group: {
+    WaitGroup wg;
+    wg.add(static_cast<std::int64_t>(op.members.size()));
+    for (int m : op.members) at(s, self, __LINE__, [&] { spawn_fiber(m, expected_cookie(m, &s), &wg, true); });
+    at(s, self, __LINE__, [&] { wg.wait(); });
+    break;
+  }
+  case OpKind::latch: {
+    Latch latch(static_cast<std::ptrdiff_t>(op.members.size() + 1));
+    std::vector<Pending> hs;
+    for (int m : op.members)
+      hs.push_back({m, at(s, self, __LINE__, [&] { return spawn_fiber(m, expected_cookie(m, &s), &latch, false); })});
+    at(s, self, __LINE__, [&] { latch.arrive_and_wait(); });
+    for (auto& x : hs) check_join(&s, self, x.h, x.child, value_of(x.child));
+    break;
+  }
+  case OpKind::throw_catch: throw_catch(s, self, op); break;
+  case OpKind::io_sleep: {
+    const auto r = at(s, self, __LINE__, [&] { return io::sleep_until(std::chrono::steady_clock::now() + std::chrono::microseconds(op.a)); });
+    if (!r) fail(who(self) + ": io::sleep_until failed: " + r.error.message());
+    break;
+  }
+  default: run_simple(s, self, op); break;
+  }
+}
 
-  // A suspension inside the catch block: other fibers on this worker throw and
-  // catch their own exceptions meanwhile; ours must still be the one handled.
-  [[gnu::noinline]] void throw_catch(Scope& s, int self, const Op& op) {
-    const Tagged mine{p.seed, self, 1 + events.fetch_add(1, std::memory_order_relaxed)};
-    try {
-      throw mine;
-    } catch (const Tagged& e) {
-      switch (op.b) {
-      case catch_yield: s.yield(); break;
-      case catch_sleep: s.sleep_for(30us); break;
-      case catch_mutex:
-        at(s, self, __LINE__, [&] { mutexes[0]->lock(); });
-        s.yield();
-        mutexes[0]->unlock();
-        break;
-      case catch_io_sleep: at(s, self, __LINE__, [] { (void)io::sleep_until(std::chrono::steady_clock::now() + 20us); }); break;
-      case catch_set_cookie: set_cookie(s, self, p.cookies[static_cast<std::size_t>(op.a)]); break;
-      case catch_join: {
-        auto h = at(s, self, __LINE__, [&] { return spawn_fiber(op.child, expected_cookie(op.child, &s), nullptr, false); });
-        check_join(&s, self, h, op.child, value_of(op.child));
-        break;
-      }
-      }
-      if (e.tag != mine.tag || !current_is(mine))
-        fail(who(self) + ": after suspending in a catch block, current_exception() is " + describe_current() +
-             ", not its own");
-      try {
-        throw;
-      } catch (const Tagged& again) {
-        if (again.tag != mine.tag || again.fiber != self) fail(who(self) + ": `throw;` rethrew another fiber's exception");
-        s.yield();
-        if (!current_is(mine)) fail(who(self) + ": current_exception() changed in a nested catch");
-      } catch (...) {
-        fail(who(self) + ": `throw;` rethrew something else");
-      }
-    }
-    if (std::current_exception())
-      fail(who(self) + ": after its catch block, current_exception() is still " + describe_current());
-  }
+// Holding mutex op.a: checks it is ours alone, runs `inner`, unlocks.
+void Execution::Impl::holding_mutex(Scope& s, int self, const Op& op) {
+  const auto k = static_cast<std::size_t>(op.a);
+  if (mutex_holder[k].exchange(self + 1) != 0) fail(who(self) + " got mutex " + std::to_string(k) + " while held");
+  for (const Op& in : op.inner) run_simple(s, self, in);
+  mutex_holder[k].store(0);
+  mutexes[k]->unlock();
+}
 
-  // What a partner fiber does once its own ops are done; returns its value.
-  std::uint64_t role_action(Scope& s, int self, void* ctx) {
-    switch (p.fibers[static_cast<std::size_t>(self)].role) {
-    case Role::normal: break;
-    case Role::channel_peer: {
-      auto& c = *static_cast<ChannelCtx*>(ctx);
-      std::uint64_t sum = 0;
-      for (int i = 1; i <= c.items; ++i) {
-        if (c.to_peer) {
-          const auto v = at(s, self, __LINE__, [&] { return c.ch.recv(); });
-          if (v) sum += *v;
-        } else if (at(s, self, __LINE__, [&] { return c.ch.send(static_cast<std::uint64_t>(i)); })) {
-          sum += static_cast<std::uint64_t>(i);
-        }
-      }
-      return sum;
-    }
-    case Role::event_peer: {
-      auto& e = *static_cast<EventCtx*>(ctx);
-      for (int i = 0; i < e.rounds; ++i) {
-        at(s, self, __LINE__, [&] { e.ping.wait(); });
-        e.ping.reset();
-        s.burn(2us);
-        e.pong.set();
-      }
-      return static_cast<std::uint64_t>(e.rounds);
-    }
-    case Role::pipe_peer: {
-      auto& pc = *static_cast<PipeCtx*>(ctx);
-      for (int i = 1; i <= pc.items; ++i) {
-        const std::uint64_t v = static_cast<std::uint64_t>(i);
-        const auto r = at(s, self, __LINE__, [&] { return io::write(pc.w, std::as_bytes(std::span(&v, 1))); });
-        if (!r || r.value != sizeof v) fail(who(self) + ": pipe write failed: " + r.error.message());
-      }
-      return static_cast<std::uint64_t>(pc.items);
-    }
-    case Role::group_member: static_cast<WaitGroup*>(ctx)->done(); break; // its last touch of the group
-    case Role::select_peer: {
-      const std::string e = room->run(s, *static_cast<const Op*>(ctx), true, recs[static_cast<std::size_t>(self)].line);
-      if (!e.empty()) fail(who(self) + ": " + e);
-      break;
-    }
-    case Role::latch_member: at(s, self, __LINE__, [&] { static_cast<Latch*>(ctx)->arrive_and_wait(); }); break;
-    }
-    return value_of(self);
-  }
+// Holding a unit of semaphore op.a: checks the count holds, runs `inner`, releases.
+void Execution::Impl::holding_unit(Scope& s, int self, const Op& op) {
+  const auto k = static_cast<std::size_t>(op.a);
+  if (sem_holders[k].fetch_add(1) >= p.semaphore_units[k])
+    fail(who(self) + " got a unit of semaphore " + std::to_string(k) + " beyond its count");
+  for (const Op& in : op.inner) run_simple(s, self, in);
+  sem_holders[k].fetch_sub(1);
+  sems[k]->release();
+}
 
-  // A detached fiber's last act: a wait that only shutdown ends.
-  void long_wait(Scope& s, int self, LongWait how) {
-    recs[static_cast<std::size_t>(self)].long_waiting.store(true); // no switch point from here to the wait
-    const auto far = std::chrono::steady_clock::now() + 1h;
-    io::Result r;
-    switch (how) {
-    case LongWait::sleep: at(s, self, __LINE__, [] { this_fiber::sleep_for(1h); }); break;
-    case LongWait::io_read: {
-      std::byte b[8];
-      r = at(s, self, __LINE__, [&] { return io::read(idle_pipe[0], b); });
-      break;
-    }
-    case LongWait::io_sleep: r = at(s, self, __LINE__, [&] { return io::sleep_until(far); }); break;
-    case LongWait::none: break;
-    }
-    if (how != LongWait::sleep && r.error != std::errc::operation_canceled)
-      fail(who(self) + ": a wait cut short by shutdown returned '" + r.error.message() + "', not operation_canceled");
-    if (std::chrono::steady_clock::now() >= far) fail(who(self) + ": shutdown did not end its wait");
-    s.burn(5us);
-  }
-
-  Outcome run();
-  std::string pending() const;
-};
-
-Outcome Execution::Impl::run() {
-  {
-    std::lock_guard lk(rt_mu);
-    Options opts = p.options;
-    opts.stack_size *= kStackFactor;
-    opts.cpus = p.cpus[0];
-    rt = std::make_unique<Runtime>(opts);
-    if (!p.cpus[1].empty()) {
-      opts.cpus = p.cpus[1];
-      rt2 = std::make_unique<Runtime>(opts);
-    }
-  }
-  machine = rt2 ? Topology::discover(p.options.topology) : rt->topology();
-  oracle = std::make_unique<Oracle>(*machine);
-  oracle->prime(*rt);
-  if (rt2) oracle->prime(*rt2);
-  if (::pipe2(idle_pipe, O_CLOEXEC) != 0) fail("pipe2 failed");
-  std::atomic<bool> rivals_stop{false};
-  std::vector<JoinHandle<void>> rivals;
-  for (std::size_t k = 0; k < p.rivals.size(); ++k) {
-    const Cookie c = p.cookies[static_cast<std::size_t>(p.rivals[k].cookie)];
-    rivals.push_back(rt->spawn([this, c, k, &rivals_stop] {
-      Scope s(*oracle, c, "fuzz rival");
-      for (unsigned n = 0; !rivals_stop.load(std::memory_order_relaxed); ++n) {
-        s.burn(std::chrono::microseconds(10 + 10 * ((n + k) % 4)));
-        if (n % 3 == 2) s.preempt_point();
-        else s.yield();
-      }
-    }, SpawnOptions{.cookie = c, .pin_to_pu = p.rivals[k].pin}));
-  }
-  std::vector<Pending> joined;
-  for (const auto& root : p.roots) {
-    auto h = spawn_fiber(root.fiber, expected_cookie(root.fiber, nullptr), nullptr, !root.joined);
-    if (root.joined) joined.push_back({root.fiber, std::move(h)});
-  }
-  for (auto& x : joined) check_join(nullptr, -1, x.h, x.child, value_of(x.child)); // from a plain thread
-  // Shutdown refuses new spawns, so it comes only once every fiber has
-  // finished but those left waiting for it (the watchdog guards this loop).
-  auto settled = [&] {
-    for (std::size_t i = 0; i < p.fibers.size(); ++i)
-      if (!recs[i].done.load() && !(p.fibers[i].long_wait != LongWait::none && recs[i].long_waiting.load())) return false;
-    return true;
+// A timed lock or acquire may succeed or time out (holders run simple ops
+// only, so it ends either way); a wait on what is never ready must time
+// out, not before its time; a stopped wait must end, stopped.
+void Execution::Impl::timed_wait(Scope& s, int self, const Op& op) {
+  const auto d = std::chrono::microseconds(op.b);
+  const auto k = static_cast<std::size_t>(op.a);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto early = [&](const char* what) {
+    if (std::chrono::steady_clock::now() - t0 < d)
+      fail(who(self) + ": " + what + " timed out before its " + std::to_string(op.b) + " us");
   };
-  while (!settled()) std::this_thread::sleep_for(200us);
-  if (const std::string e = room->settle(); !e.empty()) fail(e); // every select has returned
-  rivals_stop.store(true);
-  for (auto& r : rivals) r.join();
-  std::this_thread::sleep_for(2ms); // the waiters announced themselves just before waiting
-  rt->shutdown();
-  if (rt2) rt2->shutdown();
-  for (int fd : idle_pipe) ::close(fd);
-  for (std::size_t i = 0; i < p.fibers.size(); ++i) {
-    const int i2 = static_cast<int>(i);
-    if (recs[i].runs.load() != 1) fail(who(i2) + " ran " + std::to_string(recs[i].runs.load()) + " times");
-    else if (!recs[i].done.load()) fail(who(i2) + " did not finish");
+  switch (op.c) {
+  case timed_mutex:
+    if (at(s, self, __LINE__, [&] { return mutexes[k]->try_lock_for(d); })) holding_mutex(s, self, op);
+    else early("Mutex::try_lock_for");
+    break;
+  case timed_semaphore:
+    if (at(s, self, __LINE__, [&] { return sems[k]->try_acquire_for(d); })) holding_unit(s, self, op);
+    else early("Semaphore::try_acquire_for");
+    break;
+  case timed_event: {
+    Event never;
+    if (at(s, self, __LINE__, [&] { return never.wait_for(d); })) fail(who(self) + ": an Event never set was seen set");
+    early("Event::wait_for");
+    break;
   }
-  if (oracle->violations.load() || oracle->slot_mismatches.load()) fail(oracle->report());
-  if (locals_gone.load() != locals_made.load())
-    fail(std::to_string(locals_made.load()) + " FiberLocal values were made and " + std::to_string(locals_gone.load()) +
-         " destroyed");
-  Outcome o;
-  o.failure_count = failure_count.load();
-  std::unique_lock lk(fail_mu);
-  o.failures = failures;
-  o.fibers = p.fibers.size();
-  o.events = events.load();
-  o.oracle_checks = oracle->checks.load();
-  room->count(o.selects);
-  return o;
+  case timed_recv: {
+    Channel<int> empty(static_cast<std::size_t>(op.a));
+    if (at(s, self, __LINE__, [&] { return empty.recv_for(d); })) fail(who(self) + ": recv_for on an empty channel got an item");
+    early("Channel::recv_for");
+    break;
+  }
+  case stopped_event: {
+    Event never;
+    std::stop_source src;
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(d);
+      src.request_stop();
+    });
+    const bool set = at(s, self, __LINE__, [&] { return never.wait(src.get_token()); });
+    stopper.join();
+    if (set || !src.stop_requested()) fail(who(self) + ": a stopped Event::wait did not end stopped");
+    break;
+  }
+  default: fail("unknown timed wait kind " + std::to_string(op.c)); break;
+  }
 }
 
-std::string Execution::Impl::pending() const {
-  std::string s;
-  int listed = 0;
-  for (std::size_t i = 0; i < p.fibers.size(); ++i) {
-    const Rec& r = recs[i];
-    if (r.done.load()) continue;
-    if (++listed > 40) {
-      s += "  ...\n";
+// Selects over the program's shared channels and events (fuzz_select.cpp),
+// beside a peer (if the op has one) that selects over the mirrored cases.
+void Execution::Impl::select_op(Scope& s, int self, const Op& op) {
+  JoinHandle<Result> h;
+  if (op.child >= 0)
+    h = at(s, self, __LINE__, [&] {
+      return spawn_fiber(op.child, expected_cookie(op.child, &s), const_cast<Op*>(&op), false);
+    });
+  const std::string e = room->run(s, op, false, recs[static_cast<std::size_t>(self)].line);
+  if (!e.empty()) fail(who(self) + ": " + e);
+  if (op.child >= 0) check_join(&s, self, h, op.child, value_of(op.child));
+}
+
+void Execution::Impl::channel(Scope& s, int self, const Op& op) {
+  ChannelCtx ctx(static_cast<std::size_t>(op.b), op.a, op.c);
+  auto h = at(s, self, __LINE__, [&] { return spawn_fiber(op.child, expected_cookie(op.child, &s), &ctx, false); });
+  std::uint64_t sum = 0;
+  for (int i = 1; i <= op.a; ++i) {
+    if (ctx.to_peer) {
+      if (!at(s, self, __LINE__, [&] { return ctx.ch.send(static_cast<std::uint64_t>(i)); })) fail(who(self) + ": send failed");
+    } else {
+      const auto v = at(s, self, __LINE__, [&] { return ctx.ch.recv(); });
+      if (!v) fail(who(self) + ": recv on an open channel returned nothing");
+      else sum += *v;
+    }
+  }
+  if (!ctx.to_peer && sum != triangle(op.a)) fail(who(self) + ": channel items lost or duplicated");
+  check_join(&s, self, h, op.child, triangle(op.a));
+  ctx.ch.close();
+  if (ctx.ch.try_recv()) fail(who(self) + ": a drained closed channel still had an item");
+}
+
+void Execution::Impl::pipe(Scope& s, int self, const Op& op) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    fail("pipe2 failed");
+    return;
+  }
+  PipeCtx ctx{fds[1], op.a};
+  auto h = at(s, self, __LINE__, [&] { return spawn_fiber(op.child, expected_cookie(op.child, &s), &ctx, false); });
+  for (int i = 1; i <= op.a; ++i) {
+    std::uint64_t v = 0;
+    const auto r = at(s, self, __LINE__, [&] { return io::read(fds[0], std::as_writable_bytes(std::span(&v, 1))); });
+    if (!r || r.value != sizeof v || v != static_cast<std::uint64_t>(i))
+      fail(who(self) + ": pipe read " + std::to_string(i) + " got " + std::to_string(v) + " (" + r.error.message() + ")");
+  }
+  check_join(&s, self, h, op.child, static_cast<std::uint64_t>(op.a));
+  for (int fd : fds) {
+    const auto r = at(s, self, __LINE__, [fd] { return io::close(fd); });
+    if (!r) fail(who(self) + ": io::close failed: " + r.error.message());
+  }
+}
+
+// A suspension inside the catch block: other fibers on this worker throw and
+// catch their own exceptions meanwhile; ours must still be the one handled.
+void Execution::Impl::throw_catch(Scope& s, int self, const Op& op) {
+  const Tagged mine{p.seed, self, 1 + events.fetch_add(1, std::memory_order_relaxed)};
+  try {
+    throw mine;
+  } catch (const Tagged& e) {
+    switch (op.b) {
+    case catch_yield: s.yield(); break;
+    case catch_sleep: s.sleep_for(30us); break;
+    case catch_mutex:
+      at(s, self, __LINE__, [&] { mutexes[0]->lock(); });
+      s.yield();
+      mutexes[0]->unlock();
+      break;
+    case catch_io_sleep: at(s, self, __LINE__, [] { (void)io::sleep_until(std::chrono::steady_clock::now() + 20us); }); break;
+    case catch_set_cookie: set_cookie(s, self, p.cookies[static_cast<std::size_t>(op.a)]); break;
+    case catch_join: {
+      auto h = at(s, self, __LINE__, [&] { return spawn_fiber(op.child, expected_cookie(op.child, &s), nullptr, false); });
+      check_join(&s, self, h, op.child, value_of(op.child));
       break;
     }
-    const FiberSpec& f = p.fibers[i];
-    const int op = r.op.load();
-    std::string at = r.runs.load() == 0 ? "never started"
-                     : op == -2         ? "joining its children / role action / final wait"
-                     : op >= 0          ? "in op " + std::to_string(op) + " (" + to_string(f.ops[static_cast<std::size_t>(op)].kind) + ")"
-                                        : "starting";
-    if (const int line = r.line.load(); line >= SelectRoom::kSelectLine)
-      at += ", waiting at fuzz_select.cpp:" + std::to_string(line - SelectRoom::kSelectLine);
-    else if (line) at += ", waiting at fuzz_execute.cpp:" + std::to_string(line);
-    if (r.long_waiting.load()) at += ", waiting for shutdown";
-    s += "  " + who(static_cast<int>(i)) + " cookie " + std::to_string(r.cookie.load()) + ": " + at + "\n";
+    }
+    if (e.tag != mine.tag || !current_is(mine))
+      fail(who(self) + ": after suspending in a catch block, current_exception() is " + describe_current() +
+           ", not its own");
+    try {
+      throw;
+    } catch (const Tagged& again) {
+      if (again.tag != mine.tag || again.fiber != self) fail(who(self) + ": `throw;` rethrew another fiber's exception");
+      s.yield();
+      if (!current_is(mine)) fail(who(self) + ": current_exception() changed in a nested catch");
+    } catch (...) {
+      fail(who(self) + ": `throw;` rethrew something else");
+    }
   }
-  return s.empty() ? "  (every fiber finished)\n" : s;
+  if (std::current_exception())
+    fail(who(self) + ": after its catch block, current_exception() is still " + describe_current());
 }
 
-Execution::Execution(const Program& p) : impl_(std::make_unique<Impl>(p)) {}
-Execution::~Execution() = default;
-Outcome Execution::run() { return impl_->run(); }
-std::string Execution::pending() const { return impl_->pending(); }
-std::string Execution::stats() const {
-  std::lock_guard lk(impl_->rt_mu);
-  if (!impl_->rt) return "(no runtime yet)\n";
-  return impl_->rt->stats().to_table() + (impl_->rt2 ? "second runtime:\n" + impl_->rt2->stats().to_table() : "");
+// What a partner fiber does once its own ops are done; returns its value.
+std::uint64_t Execution::Impl::role_action(Scope& s, int self, void* ctx) {
+  switch (p.fibers[static_cast<std::size_t>(self)].role) {
+  case Role::normal: break;
+  case Role::channel_peer: {
+    auto& c = *static_cast<ChannelCtx*>(ctx);
+    std::uint64_t sum = 0;
+    for (int i = 1; i <= c.items; ++i) {
+      if (c.to_peer) {
+        const auto v = at(s, self, __LINE__, [&] { return c.ch.recv(); });
+        if (v) sum += *v;
+      } else if (at(s, self, __LINE__, [&] { return c.ch.send(static_cast<std::uint64_t>(i)); })) {
+        sum += static_cast<std::uint64_t>(i);
+      }
+    }
+    return sum;
+  }
+  case Role::event_peer: {
+    auto& e = *static_cast<EventCtx*>(ctx);
+    for (int i = 0; i < e.rounds; ++i) {
+      at(s, self, __LINE__, [&] { e.ping.wait(); });
+      e.ping.reset();
+      s.burn(2us);
+      e.pong.set();
+    }
+    return static_cast<std::uint64_t>(e.rounds);
+  }
+  case Role::pipe_peer: {
+    auto& pc = *static_cast<PipeCtx*>(ctx);
+    for (int i = 1; i <= pc.items; ++i) {
+      const std::uint64_t v = static_cast<std::uint64_t>(i);
+      const auto r = at(s, self, __LINE__, [&] { return io::write(pc.w, std::as_bytes(std::span(&v, 1))); });
+      if (!r || r.value != sizeof v) fail(who(self) + ": pipe write failed: " + r.error.message());
+    }
+    return static_cast<std::uint64_t>(pc.items);
+  }
+  case Role::group_member: static_cast<WaitGroup*>(ctx)->done(); break; // its last touch of the group
+  case Role::select_peer: {
+    const std::string e = room->run(s, *static_cast<const Op*>(ctx), true, recs[static_cast<std::size_t>(self)].line);
+    if (!e.empty()) fail(who(self) + ": " + e);
+    break;
+  }
+  case Role::latch_member: at(s, self, __LINE__, [&] { static_cast<Latch*>(ctx)->arrive_and_wait(); }); break;
+  }
+  return value_of(self);
 }
 
-void Execution::dump(std::FILE* out) const {
-  std::lock_guard lk(impl_->rt_mu);
-  if (impl_->rt) impl_->rt->dump(out);
-  if (impl_->rt2) impl_->rt2->dump(out);
+// A detached fiber's last act: a wait that only shutdown ends.
+void Execution::Impl::long_wait(Scope& s, int self, LongWait how) {
+  recs[static_cast<std::size_t>(self)].long_waiting.store(true); // no switch point from here to the wait
+  const auto far = std::chrono::steady_clock::now() + 1h;
+  io::Result r;
+  switch (how) {
+  case LongWait::sleep: at(s, self, __LINE__, [] { this_fiber::sleep_for(1h); }); break;
+  case LongWait::io_read: {
+    std::byte b[8];
+    r = at(s, self, __LINE__, [&] { return io::read(idle_pipe[0], b); });
+    break;
+  }
+  case LongWait::io_sleep: r = at(s, self, __LINE__, [&] { return io::sleep_until(far); }); break;
+  case LongWait::none: break;
+  }
+  if (how != LongWait::sleep && r.error != std::errc::operation_canceled)
+    fail(who(self) + ": a wait cut short by shutdown returned '" + r.error.message() + "', not operation_canceled");
+  if (std::chrono::steady_clock::now() >= far) fail(who(self) + ": shutdown did not end its wait");
+  s.burn(5us);
 }
 
 } // namespace fuzz

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// The simulated core (sim_core.hpp): the models of the workers and the ticker
+// around the real CoreCoordinator, step by step on the simulated clock.
 #include "sim_core.hpp"
 
 #include <algorithm>

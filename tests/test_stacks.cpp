@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fiber stacks: a fiber gets the size it asked for, also when run inline below
+// its joiner; a size no fiber can have is refused; a fiber that finds no memory
+// for its stack waits for one, and a join chain that can map none ends in StackError.
+#include "guarantees/oracle.hpp"
+#include "stack_pool.hpp"
+#include "test_support.hpp"
+
+#include <coresched/coresched.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace coresched;
+using namespace std::chrono_literals;
+using guarantees::Oracle;
+using guarantees::Scope;
+using test_support::spin;
+using test_support::topo;
+
+namespace {
+// Touches 200 KiB of stack page by page from the top, as a deep call chain
+// would, so that running short of stack meets the guard page.
+[[gnu::noinline]] int use_200k() {
+  volatile char big[200 * 1024];
+  for (std::size_t i = sizeof(big); i >= 1024; i -= 1024) big[i - 1] = 1;
+  big[0] = 2;
+  return big[0] + big[sizeof(big) - 1];
+}
+
+// Holds `Bytes` of its own stack (touched page by page from the top) while
+// `fn` runs below it, as a joiner deep in its own frames would.
+template <std::size_t Bytes, class Fn> [[gnu::noinline]] int holding(Fn fn) {
+  volatile char big[Bytes];
+  for (std::size_t i = sizeof(big); i >= 1024; i -= 1024) big[i - 1] = 1;
+  big[0] = 1;
+  return big[0] + fn();
+}
+
+// A chain of fibers, each holding 12 KiB while it joins the next.
+int chain(int depth) {
+  if (depth == 0) return 0;
+  return holding<12 * 1024>([depth] { return spawn([depth] { return chain(depth - 1); }).join(); });
+}
+} // namespace
+
+TEST_CASE("a child joined at once gets the stack size it asked for", "[stack]") {
+  Runtime rt(topo("core:1 pu:1"));
+  auto h = rt.spawn([] {
+    // Before the child starts: the join could run it inline on this 64 KiB stack.
+    return spawn([] { return use_200k(); }, SpawnOptions{.stack_size = 512 * 1024}).join();
+  });
+  CHECK(h.join() == 3);
+}
+
+// An inline join compared the child's ask with the joiner's whole stack, not
+// with what the joiner's frames had left. A 64 KiB joiner holding 40 KiB ran a
+// 64 KiB child needing 40 KiB inline below it and overflowed (every run, on
+// one PU); a chain of joiners holding 12 KiB each overflowed at its fifth
+// inline level. Each asks for the default and would fit on a stack of its own.
+// Without the fix the process aborts (stack overflow).
+TEST_CASE("a child joined inline below a busy joiner still gets the stack it asked for", "[stack]") {
+  Runtime rt(topo("core:1 pu:1"));
+  const int pair = rt.spawn([] {
+    return holding<40 * 1024>([] { return spawn([] { return holding<40 * 1024>([] { return 0; }); }).join(); });
+  }).join();
+  CHECK(pair == 2);
+  CHECK(rt.spawn([] { return chain(12); }).join() == 12);
+}
+
+// SIZE_MAX rounded up to whole pages wrapped to 0, and the first fiber wrote
+// its stack header into a guard page (SIGSEGV); 128 TiB could never be
+// mapped, and its fiber waited for a stack for ever, with its joiner.
+TEST_CASE("a stack size no fiber can have is refused at once", "[stack]") {
+  Runtime rt(topo("core:1 pu:1"));
+  for (std::size_t bad : {SIZE_MAX, SIZE_MAX - 4095, std::size_t{1} << 47, (std::size_t{1} << 30) + 1})
+    CHECK_THROWS_WITH(rt.spawn([] {}, SpawnOptions{.stack_size = bad}), Catch::Contains("largest stack"));
+  CHECK(rt.spawn([] { return 1; }, SpawnOptions{.stack_size = std::size_t{16} << 20}).join() == 1);
+  Options o = topo("core:1 pu:1");
+  o.stack_size = SIZE_MAX;
+  CHECK_THROWS_WITH(Runtime(o), Catch::Contains("largest stack"));
+}
+
+TEST_CASE("a fiber that finds no memory for its stack waits and runs later", "[stack]") {
+  Runtime rt(topo("core:1 pu:2"));
+  Oracle oracle(rt.topology());
+  const Cookie cookies[2] = {Cookie::create(), Cookie::create()};
+  // Stacks come from the pool first: ask for an odd size, so each start maps one.
+  coresched::detail::testing::fail_stack_allocations.store(60);
+  std::atomic<int> ran{0};
+  std::vector<JoinHandle<void>> hs;
+  for (int i = 0; i < 200; ++i)
+    hs.push_back(rt.spawn(
+        [&, c = cookies[i % 2]] {
+          {
+            Scope s(oracle, c);
+            spin(100);
+          }
+          this_fiber::sleep_for(std::chrono::milliseconds(1)); // hold the stack while others start
+          ran.fetch_add(1);
+        },
+        SpawnOptions{.cookie = cookies[i % 2], .stack_size = 72 * 1024}));
+  hs.clear();
+  coresched::detail::testing::fail_stack_allocations.store(0);
+  CHECK(ran.load() == 200);
+  CHECK(oracle.violations.load() == 0);
+}
+
+// Each fiber joins a child of the other cookie, so no child runs inline on its
+// joiner's stack: when no stack can be mapped, every fiber that could free one
+// waits for the child that has none. The child must fail (its join throws
+// StackError), and the error unwinds the chain, instead of a hang.
+TEST_CASE("a join chain that alternates cookies ends with StackError when no stack can be mapped", "[stack]") {
+  using coresched::detail::testing::fail_stack_allocations;
+  Runtime rt(topo("core:1 pu:2"));
+  const Cookie ab[2] = {Cookie::create(), Cookie::create()};
+  constexpr int kRunsOutAt = 10;
+  std::atomic<int> deepest{0};
+  std::function<int(int)> link = [&](int depth) -> int {
+    deepest.store(depth);
+    if (depth == kRunsOutAt) fail_stack_allocations.store(1 << 30); // every mmap fails from here on
+    if (depth == 2 * kRunsOutAt) return depth;
+    // An odd stack size: never one from a pool, so each start maps one.
+    return rt.spawn([&link, depth] { return link(depth + 1); },
+                    SpawnOptions{.cookie = ab[(depth + 1) % 2], .stack_size = 72 * 1024})
+        .join();
+  };
+  // Should the chain hang, let it finish after a while, so that the check fails.
+  std::atomic<bool> done{false}, gave_up{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 600 && !done.load(); ++i) std::this_thread::sleep_for(50ms);
+    if (!done.load()) {
+      gave_up.store(true);
+      fail_stack_allocations.store(0);
+    }
+  });
+  std::string error;
+  try {
+    (void)rt.spawn([&] { return link(0); }).join();
+  } catch (const StackError& e) {
+    error = e.what();
+  }
+  done.store(true);
+  watchdog.join();
+  fail_stack_allocations.store(0);
+  CHECK_FALSE(gave_up.load());
+  CHECK(deepest.load() == kRunsOutAt);
+  CHECK_THAT(error, Catch::Contains("never ran") && Catch::Contains("vm.max_map_count"));
+  // The runtime goes on: stacks map again, and the reserve is there for the next time.
+  CHECK(rt.spawn([] { return 5; }, SpawnOptions{.stack_size = 72 * 1024}).join() == 5);
+}
