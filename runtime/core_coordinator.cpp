@@ -95,11 +95,6 @@ void CoreCoordinator::publish_locked(unsigned s, std::uint64_t cookie) noexcept 
   siblings_[s]->running.store(cookie);
 }
 
-void CoreCoordinator::publish_single_pu(unsigned s, std::uint64_t cookie) noexcept {
-  CORESCHED_INVARIANT(single_pu());
-  siblings_[s]->running.store(cookie);
-}
-
 void CoreCoordinator::requeue_locked(unsigned s, Fiber* f) {
   siblings_[s]->queue.push(f);
   count_queued(f->cookie, +1);

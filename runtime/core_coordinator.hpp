@@ -267,7 +267,8 @@ public:
   /// The one exemption, without the lock: on a single-PU core no sibling
   /// compares with the cookie (placement, rescue and the dump read it as a
   /// hint), so the worker's private fast path republishes as it switches.
-  void publish_single_pu(unsigned s, std::uint64_t cookie) noexcept;
+  /// Inline, on the worker's own sibling: it is on yield's path.
+  void publish_single_pu(Sibling& me, std::uint64_t cookie) noexcept { me.running.store(cookie); }
   /// The running fiber on `s` changes its cookie; false if a sibling runs another cookie.
   bool change_running_cookie_locked(unsigned s, std::uint64_t cookie, WakeList& wakes);
   /// Sibling `s` is going to sleep: wakes it up on the next change.

@@ -425,7 +425,7 @@ Pick Worker::pick() {
     p.fiber = local_.pop();
     Sibling& me = sibling();
     if (me.preempt.load(std::memory_order_relaxed)) me.preempt.store(false, std::memory_order_relaxed);
-    core_.publish_single_pu(sibling_, p.fiber->cookie); // local_ok(): a single-PU core
+    core_.publish_single_pu(me, p.fiber->cookie); // local_ok(): a single-PU core
     ask_back_for_io();
     return p;
   }
@@ -499,7 +499,7 @@ void Worker::reschedule(Requeue how) {
     }
     local_.push_behind_all(self);
   }
-  core_.publish_single_pu(sibling_, next->cookie); // local_ok(): a single-PU core
+  core_.publish_single_pu(me, next->cookie); // local_ok(): a single-PU core
   // `self` is invisible to other workers until its context is saved.
   prev_ = self;
   after_ = After::none;
