@@ -6,7 +6,7 @@
 // runs on a sibling while it lasts.
 #include <coresched/coresched.hpp>
 
-#include "call_threads.hpp"
+#include "platform/call_threads.hpp"
 
 #include "test_support.hpp"
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The core-wide pick, driven step by step without threads.
-#include "core_coordinator.hpp"
+#include "core/core_coordinator.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -2,7 +2,7 @@
 // Core scheduling through the public API: cookies, isolation, fairness.
 #include "guarantees/oracle.hpp"
 
-#include "core_coordinator.hpp" // the test-only hook that breaks isolation
+#include "core/core_coordinator.hpp" // the test-only hook that breaks isolation
 
 #include <coresched/coresched.hpp>
 

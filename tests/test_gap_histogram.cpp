@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The hand-over gap histogram: its percentiles are within one bucket (12.5 %)
 // of the exact ones, and it never reports below the true value's bucket.
-#include "gap_histogram.hpp"
+#include "platform/gap_histogram.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -7,7 +7,7 @@
 
 #include "test_support.hpp"
 
-#include "io_ring.hpp"
+#include "reactor/io_ring.hpp"
 
 #include <catch2/catch.hpp>
 

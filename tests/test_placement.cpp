@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Wakeup placement on scripted worker states (no threads): the idle mask and
 // the scan choose the same PU, in the documented order.
-#include "placement.hpp"
+#include "core/placement.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fiber record recycling: per-worker free lists, the shared depot, and fibers
 // whose records move between workers or outlive their runtime.
-#include "fiber.hpp"
-#include "record_cache.hpp"
+#include "fiber/fiber.hpp"
+#include "platform/record_cache.hpp"
 
 #include "test_support.hpp"
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // A fiber queued behind a runner that reaches no preemption point, while every
 // other worker is busy with fibers that do: the ticker moves it to a worker
-// that switches (Scheduler::rescue_queued, runtime/rescue.cpp). Measured from
+// that switches (Scheduler::rescue_queued, runtime/sched/rescue.cpp). Measured from
 // user code: when and where the queued fiber started.
 #include "test_support.hpp"
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The run queues on their own (RunQueue, LocalQueue): FIFO per cookie, steals that
 // skip pinned fibers, order by virtual runtime across the tick count's wrap, bounded inserts.
-#include "local_queue.hpp"
-#include "run_queue.hpp"
+#include "sched/local_queue.hpp"
+#include "fiber/run_queue.hpp"
 
 #include <catch2/catch.hpp>
 

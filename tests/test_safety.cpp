@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Stack overflow reports and stall reports.
 #include "test_support.hpp"
-#include "log.hpp"
+#include "platform/log.hpp"
 
 #include <coresched/coresched.hpp>
 
@@ -178,7 +178,7 @@ TEST_CASE("a fiber that reaches preemption points is not reported as a stall", "
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 
-#include "stack_pool.hpp"
+#include "fiber/stack_pool.hpp"
 
 // A fiber's entry frame never returns, so its redzone marks outlive it. If a
 // freed stack kept them, the next mapping at that address (an io_uring ring, in

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The spawn ring (runtime/spawn_ring.hpp): the class under concurrent takers,
+// The spawn ring (runtime/fiber/spawn_ring.hpp): the class under concurrent takers,
 // and the runtime's use of it.
-#include "spawn_ring.hpp"
+#include "fiber/spawn_ring.hpp"
 #include "test_support.hpp"
 
 #include <coresched/coresched.hpp>

@@ -3,7 +3,7 @@
 // its joiner; a size no fiber can have is refused; a fiber that finds no memory
 // for its stack waits for one, and a join chain that can map none ends in StackError.
 #include "guarantees/oracle.hpp"
-#include "stack_pool.hpp"
+#include "fiber/stack_pool.hpp"
 #include "test_support.hpp"
 
 #include <coresched/coresched.hpp>

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The slice ticker's period (runtime/ticker.hpp): a quarter slice while
+// The slice ticker's period (runtime/platform/ticker.hpp): a quarter slice while
 // something waits for a tick, a whole slice while nothing does.
 #include "test_support.hpp"
-#include "ticker.hpp"
+#include "platform/ticker.hpp"
 
 #include <coresched/coresched.hpp>
 #include <coresched/io.hpp>

@@ -3,7 +3,7 @@
 // of its cookie waits on the waker's worker, and neither a waker that blocks
 // nor one that runs on is made to pay for it. Measured from user code: where
 // each fiber ran and when.
-#include "affine_grace.hpp"
+#include "core/affine_grace.hpp"
 #include "test_support.hpp"
 
 #include <coresched/coresched.hpp>

@@ -6,8 +6,8 @@
 //
 // Outside valgrind the client requests are a few no-op instructions, so the
 // program also runs natively (that is how its test checks it).
-#include "core_coordinator.hpp"
-#include "worker.hpp"
+#include "core/core_coordinator.hpp"
+#include "sched/worker.hpp"
 
 #include <coresched/coresched.hpp>
 

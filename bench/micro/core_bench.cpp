@@ -7,7 +7,7 @@
 //  * gap: two busy cookies pinned to the two PUs of a core, so the core changes
 //    cookie every slice while the one it leaves still has work; the runtime's
 //    hand-over gap (CoreStats: change of cookie -> first fiber of the new one).
-#include "core_coordinator.hpp"
+#include "core/core_coordinator.hpp"
 
 #include <coresched/coresched.hpp>
 

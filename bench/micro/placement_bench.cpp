@@ -3,7 +3,7 @@
 // woken fiber, with the per-LLC idle masks vs scanning every worker, on
 // synthetic topologies up to 192 PUs at rising load. Worker states are
 // scripted (no threads), so the figure is the placement decision alone.
-#include "placement.hpp"
+#include "core/placement.hpp"
 
 #include <CLI/CLI.hpp>
 

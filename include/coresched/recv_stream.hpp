@@ -18,7 +18,7 @@
 namespace coresched::io {
 
 namespace detail_stream {
-/// The runtime's side of a stream (runtime/recv_stream.cpp).
+/// The runtime's side of a stream (runtime/io/recv_stream.cpp).
 struct State;
 } // namespace detail_stream
 

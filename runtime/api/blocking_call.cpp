@@ -17,9 +17,9 @@
 // cookie that leads once the calls in flight have returned. Without this, a
 // tenant whose fibers made short calls back to back kept the core held for
 // good, and a busy tenant beside it got none of it.
-#include "call_threads.hpp"
-#include "scheduler.hpp"
-#include "worker.hpp"
+#include "platform/call_threads.hpp"
+#include "sched/scheduler.hpp"
+#include "sched/worker.hpp"
 
 #include <coresched/blocking_call.hpp>
 #include <coresched/sync.hpp>

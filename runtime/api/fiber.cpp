@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "fiber.hpp"
+#include "fiber/fiber.hpp"
 
-#include "scheduler.hpp"
-#include "worker.hpp"
+#include "sched/scheduler.hpp"
+#include "sched/worker.hpp"
 
 #include <new>
 

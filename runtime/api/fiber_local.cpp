@@ -4,10 +4,10 @@
 // the fiber runs, and had room for one more pointer where the fiber record
 // had none). The fiber destroys them itself as its user code ends
 // (Worker::run_to_completion), so every destructor runs under its cookie.
-#include "local_values.hpp"
+#include "fiber/local_values.hpp"
 
-#include "join_record.hpp"
-#include "worker.hpp"
+#include "fiber/join_record.hpp"
+#include "sched/worker.hpp"
 
 #include <coresched/fiber_local.hpp>
 

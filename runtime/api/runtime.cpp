@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The public Runtime and the join-handle plumbing, over the scheduler.
-#include "futex.hpp"
-#include "log.hpp"
-#include "scheduler.hpp"
+#include "platform/futex.hpp"
+#include "platform/log.hpp"
+#include "sched/scheduler.hpp"
 
 #include <coresched/runtime.hpp>
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // coresched::this_fiber over the worker running the calling fiber.
-#include "scheduler.hpp"
-#include "worker.hpp"
+#include "sched/scheduler.hpp"
+#include "sched/worker.hpp"
 
 #include <coresched/io.hpp>
 #include <coresched/sync.hpp>

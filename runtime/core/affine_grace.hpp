@@ -11,7 +11,7 @@
 // runs on does not keep its fiber waiting.
 #pragma once
 
-#include "clock.hpp"
+#include "platform/clock.hpp"
 
 #include <cstdint>
 #include <vector>

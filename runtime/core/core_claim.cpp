@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "core_claim.hpp"
+#include "core/core_claim.hpp"
 
 #include <coresched/runtime.hpp>
 

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "core_coordinator.hpp"
+#include "core/core_coordinator.hpp"
 
-#include "clock.hpp"
-#include "cookie_registry.hpp"
-#include "fiber_vtime.hpp"
-#include "invariant.hpp"
-#include "reactor.hpp"
+#include "platform/clock.hpp"
+#include "platform/cookie_registry.hpp"
+#include "fiber/fiber_vtime.hpp"
+#include "platform/invariant.hpp"
+#include "reactor/reactor.hpp"
 
 #include <algorithm>
 #include <immintrin.h>

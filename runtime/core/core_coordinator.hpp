@@ -11,11 +11,11 @@
 // has no overlap window: the new cookie starts after the old one stopped.
 #pragma once
 
-#include "clock.hpp"
-#include "gap_histogram.hpp"
-#include "run_queue.hpp"
-#include "spawn_ring.hpp"
-#include "spin_lock.hpp"
+#include "platform/clock.hpp"
+#include "platform/gap_histogram.hpp"
+#include "fiber/run_queue.hpp"
+#include "fiber/spawn_ring.hpp"
+#include "platform/spin_lock.hpp"
 
 #include <coresched/options.hpp>
 

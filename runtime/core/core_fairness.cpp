@@ -25,9 +25,9 @@
 // every cookie gave a cookie of weight 80 beside ones of 3,800 turns whose
 // lead the heavy ones then took 250 ms to make up. docs/design.md
 // ("Weights") derives the bounds.
-#include "core_coordinator.hpp"
+#include "core/core_coordinator.hpp"
 
-#include "cookie_registry.hpp"
+#include "platform/cookie_registry.hpp"
 
 #include <algorithm>
 

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // A core's state for the fiber dump (fiber_dump.cpp), read under its lock.
-#include "core_coordinator.hpp"
+#include "core/core_coordinator.hpp"
 
-#include "clock.hpp"
-#include "fiber.hpp"
+#include "platform/clock.hpp"
+#include "fiber/fiber.hpp"
 
 #include <algorithm>
 #include <immintrin.h>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "placement.hpp"
+#include "core/placement.hpp"
 
 namespace coresched::detail {
 

@@ -9,8 +9,8 @@
 // before the idle mask, so the two can be compared; both choose the same PU.
 #pragma once
 
-#include "core_coordinator.hpp"
-#include "idle_mask.hpp"
+#include "core/core_coordinator.hpp"
+#include "core/idle_mask.hpp"
 
 #include <coresched/options.hpp>
 #include <coresched/topology.hpp>

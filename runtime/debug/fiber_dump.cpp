@@ -12,10 +12,10 @@
 // for that lock, and while a dump symbolized and wrote under it each such
 // worker waited for a whole dump (a thread dumping every 0.5 ms stretched a
 // runtime's shutdown to seconds, and caused false stall reports).
-#include "cookie_registry.hpp"
-#include "core_coordinator.hpp"
-#include "scheduler.hpp"
-#include "worker.hpp"
+#include "platform/cookie_registry.hpp"
+#include "core/core_coordinator.hpp"
+#include "sched/scheduler.hpp"
+#include "sched/worker.hpp"
 
 #include <cxxabi.h>
 #include <elfutils/libdwfl.h>

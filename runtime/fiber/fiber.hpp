@@ -6,9 +6,9 @@
 // only when it first runs, so a million queued fibers hold no stacks.
 #pragma once
 
-#include "eh_state.hpp"
-#include "join_record.hpp"
-#include "stack_pool.hpp"
+#include "fiber/eh_state.hpp"
+#include "fiber/join_record.hpp"
+#include "fiber/stack_pool.hpp"
 
 #include <algorithm>
 #include <atomic>

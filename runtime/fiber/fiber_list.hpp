@@ -5,8 +5,8 @@
 // cookie's list in a core's RunQueue. Not thread-safe.
 #pragma once
 
-#include "fiber.hpp"
-#include "fiber_vtime.hpp"
+#include "fiber/fiber.hpp"
+#include "fiber/fiber_vtime.hpp"
 
 namespace coresched::detail {
 

@@ -10,7 +10,7 @@
 // fiber retires, and the handle keeps only this block (48 bytes and the task).
 #pragma once
 
-#include "spin_lock.hpp"
+#include "platform/spin_lock.hpp"
 
 #include <coresched/join_handle.hpp>
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "run_queue.hpp"
+#include "fiber/run_queue.hpp"
 
 namespace coresched::detail {
 

@@ -8,7 +8,7 @@
 // Not thread-safe: guarded by the owning core's lock.
 #pragma once
 
-#include "fiber_list.hpp"
+#include "fiber/fiber_list.hpp"
 
 #include <cstdint>
 #include <vector>

@@ -5,7 +5,7 @@
 // Compiles to nothing in normal builds (and Fiber::san is then empty).
 #pragma once
 
-#include "fiber.hpp"
+#include "fiber/fiber.hpp"
 
 #include <utility>
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "stack_pool.hpp"
+#include "fiber/stack_pool.hpp"
 
 #include <atomic>
 #include <new>

@@ -4,7 +4,7 @@
 // so a worker keeps a small free list and only new or odd-sized stacks pay it.
 #pragma once
 
-#include "stack_header.hpp"
+#include "fiber/stack_header.hpp"
 
 #include <atomic>
 #include <chrono>

@@ -2,10 +2,10 @@
 // coresched::io over the calling worker's Reactor: describe the operation,
 // start it, and park the fiber until the worker's reaping wakes it (unless
 // the backend completed it at once).
-#include "reactor.hpp"
-#include "scheduler.hpp"
-#include "spin_lock.hpp"
-#include "worker.hpp"
+#include "reactor/reactor.hpp"
+#include "sched/scheduler.hpp"
+#include "platform/spin_lock.hpp"
+#include "sched/worker.hpp"
 
 #include <coresched/io.hpp>
 #include <coresched/join_handle.hpp>

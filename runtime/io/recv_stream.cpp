@@ -27,10 +27,10 @@
 // requests: a stream is one buffer of buffer_size bytes, and next() is an
 // io::recv() into it (the same results; the data is copied once, as recv(2)
 // copies it).
-#include "io_ring.hpp"
-#include "scheduler.hpp"
-#include "spin_lock.hpp"
-#include "worker.hpp"
+#include "reactor/io_ring.hpp"
+#include "sched/scheduler.hpp"
+#include "platform/spin_lock.hpp"
+#include "sched/worker.hpp"
 
 #include <coresched/join_handle.hpp>
 #include <coresched/recv_stream.hpp>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "call_threads.hpp"
+#include "platform/call_threads.hpp"
 
 #include <algorithm>
 #include <cerrno>

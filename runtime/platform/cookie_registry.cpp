@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Cookies: their numbers, names and weights (cookie_registry.hpp).
-#include "cookie_registry.hpp"
+#include "platform/cookie_registry.hpp"
 
 #include <coresched/cookie.hpp>
 #include <coresched/join_handle.hpp>

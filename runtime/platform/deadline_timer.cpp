@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "deadline_timer.hpp"
+#include "platform/deadline_timer.hpp"
 
-#include "clock.hpp"
+#include "platform/clock.hpp"
 
 #include <chrono>
 #include <immintrin.h>

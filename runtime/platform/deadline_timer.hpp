@@ -11,7 +11,7 @@
 // entry lives in the waiting frame.
 #pragma once
 
-#include "indexed_heap.hpp"
+#include "platform/indexed_heap.hpp"
 
 #include <atomic>
 #include <condition_variable>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "kernel_cookie.hpp"
+#include "platform/kernel_cookie.hpp"
 
 #include <cerrno>
 #include <cstring>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "log.hpp"
+#include "platform/log.hpp"
 
 #include <coresched/join_handle.hpp> // UsageError
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "record_cache.hpp"
+#include "platform/record_cache.hpp"
 
 #include <new>
 #include <sanitizer/asan_interface.h>

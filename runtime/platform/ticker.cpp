@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "ticker.hpp"
+#include "platform/ticker.hpp"
 
 #include <pthread.h>
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Topology discovery with hwloc: real machine, synthetic string or XML file.
 
-#include "hwloc_handle.hpp"
+#include "platform/hwloc_handle.hpp"
 
 #include <coresched/topology.hpp>
 

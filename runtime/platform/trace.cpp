@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "trace.hpp"
+#include "platform/trace.hpp"
 
-#include "clock.hpp"
-#include "cookie_registry.hpp"
+#include "platform/clock.hpp"
+#include "platform/cookie_registry.hpp"
 
 #include <coresched/join_handle.hpp> // UsageError
 

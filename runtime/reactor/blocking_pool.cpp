@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "blocking_pool.hpp"
+#include "reactor/blocking_pool.hpp"
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>

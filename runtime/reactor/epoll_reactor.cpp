@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "epoll_reactor.hpp"
+#include "reactor/epoll_reactor.hpp"
 
-#include "blocking_pool.hpp"
-#include "clock.hpp"
+#include "reactor/blocking_pool.hpp"
+#include "platform/clock.hpp"
 
 #include <algorithm>
 #include <cerrno>

@@ -13,8 +13,8 @@
 // the worker's epoll_pwait2 sleeps towards; an eventfd wakes it.
 #pragma once
 
-#include "indexed_heap.hpp"
-#include "reactor.hpp"
+#include "platform/indexed_heap.hpp"
+#include "reactor/reactor.hpp"
 
 #include <memory>
 #include <mutex>

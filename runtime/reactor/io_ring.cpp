@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "io_ring.hpp"
+#include "reactor/io_ring.hpp"
 
-#include "clock.hpp"
+#include "platform/clock.hpp"
 
 #include <algorithm>
 #include <cerrno>

@@ -7,7 +7,7 @@
 // out of io_uring_wait_cqe by writing the eventfd.
 #pragma once
 
-#include "reactor.hpp"
+#include "reactor/reactor.hpp"
 
 #include <liburing.h>
 

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "reactor.hpp"
+#include "reactor/reactor.hpp"
 
-#include "epoll_reactor.hpp"
-#include "io_ring.hpp"
-#include "log.hpp"
+#include "reactor/epoll_reactor.hpp"
+#include "reactor/io_ring.hpp"
+#include "platform/log.hpp"
 
 #include <coresched/join_handle.hpp>
 

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "debug_registry.hpp"
+#include "sched/debug_registry.hpp"
 
-#include "cookie_registry.hpp"
-#include "core_coordinator.hpp"
-#include "fiber.hpp"
-#include "log.hpp"
-#include "scheduler.hpp"
-#include "stack_header.hpp"
+#include "platform/cookie_registry.hpp"
+#include "core/core_coordinator.hpp"
+#include "fiber/fiber.hpp"
+#include "platform/log.hpp"
+#include "sched/scheduler.hpp"
+#include "fiber/stack_header.hpp"
 
 #include <coresched/join_handle.hpp>
 

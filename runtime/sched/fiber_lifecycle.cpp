@@ -11,12 +11,12 @@
 // destroy; the worker picks what runs next only after it. The one other way
 // back into user code without a pick — a joiner resuming after its child ran
 // inline — passes through publish_running().
-#include "local_values.hpp"
-#include "futex.hpp"
-#include "log.hpp"
-#include "sanitizer.hpp"
-#include "scheduler.hpp"
-#include "worker.hpp"
+#include "fiber/local_values.hpp"
+#include "platform/futex.hpp"
+#include "platform/log.hpp"
+#include "fiber/sanitizer.hpp"
+#include "sched/scheduler.hpp"
+#include "sched/worker.hpp"
 
 #include <chrono>
 #include <climits>

@@ -19,11 +19,11 @@
 // the due time and spins (with `pause`, reading one word) through the
 // hand-over, for at most a quarter slice, so that forced idle does not become
 // a busy loop.
-#include "worker.hpp"
+#include "sched/worker.hpp"
 
-#include "clock.hpp"
-#include "scheduler.hpp"
-#include "trace.hpp"
+#include "platform/clock.hpp"
+#include "sched/scheduler.hpp"
+#include "platform/trace.hpp"
 
 #include <immintrin.h>
 

@@ -5,7 +5,7 @@
 // runtime (fiber_list.hpp).
 #pragma once
 
-#include "fiber_list.hpp"
+#include "fiber/fiber_list.hpp"
 
 namespace coresched::detail {
 

@@ -34,7 +34,7 @@
 //  - Pinned fibers stay. Idle workers are not targets: where the backlog rule
 //    has woken an idle worker of another core to steal this backlog (half
 //    the queue in one go), the rescue leaves the worker alone.
-#include "scheduler.hpp"
+#include "sched/scheduler.hpp"
 
 #include <array>
 #include <climits>

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "scheduler.hpp"
+#include "sched/scheduler.hpp"
 
-#include "cookie_registry.hpp"
-#include "kernel_cookie.hpp"
-#include "log.hpp"
-#include "stack_guard.hpp"
+#include "platform/cookie_registry.hpp"
+#include "platform/kernel_cookie.hpp"
+#include "platform/log.hpp"
+#include "sched/stack_guard.hpp"
 
 #include <algorithm>
 #include <cstdio>

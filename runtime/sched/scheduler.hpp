@@ -4,25 +4,25 @@
 // workers; shuts down in order.
 #pragma once
 
-#include "blocking_pool.hpp"
-#include "call_threads.hpp"
-#include "core_claim.hpp"
-#include "core_coordinator.hpp"
-#include "deadline_timer.hpp"
-#include "fiber.hpp"
-#include "placement.hpp"
-#include "reactor.hpp"
-#include "stack_pool.hpp"
-#include "ticker.hpp"
-#include "trace.hpp"
-#include "worker.hpp"
+#include "reactor/blocking_pool.hpp"
+#include "platform/call_threads.hpp"
+#include "core/core_claim.hpp"
+#include "core/core_coordinator.hpp"
+#include "platform/deadline_timer.hpp"
+#include "fiber/fiber.hpp"
+#include "core/placement.hpp"
+#include "reactor/reactor.hpp"
+#include "fiber/stack_pool.hpp"
+#include "platform/ticker.hpp"
+#include "platform/trace.hpp"
+#include "sched/worker.hpp"
 
 #include <coresched/options.hpp>
 #include <coresched/runtime.hpp>
 #include <coresched/stats.hpp>
 #include <coresched/topology.hpp>
 
-#include "debug_registry.hpp"
+#include "sched/debug_registry.hpp"
 
 #include <atomic>
 #include <cstdio>

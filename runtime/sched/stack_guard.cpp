@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "stack_guard.hpp"
+#include "sched/stack_guard.hpp"
 
-#include "stack_pool.hpp"
-#include "worker.hpp"
+#include "fiber/stack_pool.hpp"
+#include "sched/worker.hpp"
 
 #include <algorithm>
 #include <csignal>

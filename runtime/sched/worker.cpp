@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "worker.hpp"
+#include "sched/worker.hpp"
 
-#include "clock.hpp"
-#include "cookie_registry.hpp"
-#include "fiber_vtime.hpp"
-#include "hwloc_handle.hpp"
-#include "log.hpp"
-#include "sanitizer.hpp"
-#include "scheduler.hpp"
-#include "stack_guard.hpp"
+#include "platform/clock.hpp"
+#include "platform/cookie_registry.hpp"
+#include "fiber/fiber_vtime.hpp"
+#include "platform/hwloc_handle.hpp"
+#include "platform/log.hpp"
+#include "fiber/sanitizer.hpp"
+#include "sched/scheduler.hpp"
+#include "sched/stack_guard.hpp"
 
 #include <chrono>
 #include <cstdio>

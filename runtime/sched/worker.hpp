@@ -5,15 +5,15 @@
 // briefly, steals, and then sleeps on a futex.
 #pragma once
 
-#include "affine_grace.hpp"
-#include "clock.hpp"
-#include "core_coordinator.hpp"
-#include "fiber.hpp"
-#include "reactor.hpp"
-#include "local_queue.hpp"
-#include "record_cache.hpp"
-#include "stack_pool.hpp"
-#include "trace.hpp"
+#include "core/affine_grace.hpp"
+#include "platform/clock.hpp"
+#include "core/core_coordinator.hpp"
+#include "fiber/fiber.hpp"
+#include "reactor/reactor.hpp"
+#include "sched/local_queue.hpp"
+#include "platform/record_cache.hpp"
+#include "fiber/stack_pool.hpp"
+#include "platform/trace.hpp"
 
 #include <coresched/stats.hpp>
 #include <coresched/topology.hpp>

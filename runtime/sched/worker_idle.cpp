@@ -3,10 +3,10 @@
 // sleeps in its ring until a waker, a completion or a timer needs it. The
 // spin is the bet that work comes sooner than a wake-up would take; the
 // spinner slots keep that bet from burning more than half the idle CPUs.
-#include "worker.hpp"
+#include "sched/worker.hpp"
 
-#include "clock.hpp"
-#include "scheduler.hpp"
+#include "platform/clock.hpp"
+#include "sched/scheduler.hpp"
 
 #include <atomic>
 #include <chrono>

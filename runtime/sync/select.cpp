@@ -7,10 +7,10 @@
 // group. Whoever dequeues a case claims the group first (WaitQueue::pop), so
 // exactly one case happens; the deadline and a stop request claim it too.
 // Once woken, the caller withdraws its other waiters, one lock at a time.
-#include "waiter.hpp"
+#include "sync/waiter.hpp"
 
-#include "deadline_timer.hpp"
-#include "scheduler.hpp"
+#include "platform/deadline_timer.hpp"
+#include "sched/scheduler.hpp"
 
 #include <coresched/select.hpp>
 

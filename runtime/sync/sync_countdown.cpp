@@ -7,7 +7,7 @@
 // no lock. Because the step to zero holds the lock, a waiter that saw zero
 // without the lock may destroy the object once the lock is free (see the
 // destructors' wait_idle()).
-#include "waiter.hpp"
+#include "sync/waiter.hpp"
 
 #include <coresched/sync.hpp>
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Event: a manual-reset flag with a queue of waiters.
-#include "waiter.hpp"
+#include "sync/waiter.hpp"
 
 #include <coresched/sync.hpp>
 

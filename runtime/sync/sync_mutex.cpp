@@ -4,7 +4,7 @@
 // Mutex: one atomic word for the uncontended path; under contention the lock
 // is handed directly to the oldest waiter (it stays locked through the
 // hand-off), so a waiter cannot be overtaken and never starves.
-#include "waiter.hpp"
+#include "sync/waiter.hpp"
 
 #include <coresched/sync.hpp>
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Semaphore: a count, and a queue of waiters that release() hands units to
 // directly. The count is never positive while someone waits.
-#include "waiter.hpp"
+#include "sync/waiter.hpp"
 
 #include <coresched/sync.hpp>
 

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The lock and wait queue under every primitive of sync.hpp.
-#include "waiter.hpp"
+#include "sync/waiter.hpp"
 
-#include "deadline_timer.hpp"
-#include "scheduler.hpp"
+#include "platform/deadline_timer.hpp"
+#include "sched/scheduler.hpp"
 
 #include <coresched/sync.hpp>
 

@@ -15,9 +15,9 @@
 // returns.
 #pragma once
 
-#include "fiber.hpp"
-#include "futex.hpp"
-#include "worker.hpp"
+#include "fiber/fiber.hpp"
+#include "platform/futex.hpp"
+#include "sched/worker.hpp"
 
 #include <coresched/sync.hpp>
 

@@ -5,7 +5,7 @@
 // the runtime's own checker) reports the overlaps, with their details.
 #include "harness.hpp"
 
-#include "core_coordinator.hpp" // detail::testing::ignore_siblings
+#include "core/core_coordinator.hpp" // detail::testing::ignore_siblings
 
 #include <catch2/catch.hpp>
 

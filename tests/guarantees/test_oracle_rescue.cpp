@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The ticker's rescue (runtime/rescue.cpp) moves queued fibers to other
+// The ticker's rescue (runtime/sched/rescue.cpp) moves queued fibers to other
 // workers and between the sibling queues of one core, from a thread that is
 // not a worker. Whatever it moves must still run only under its own cookie and
 // only beside its own cookie. Checked by the oracle while the rescue is made to

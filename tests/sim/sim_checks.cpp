@@ -5,7 +5,7 @@
 // sim_core.cpp.
 #include "sim_core.hpp"
 
-#include "cookie_registry.hpp"
+#include "platform/cookie_registry.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // A deterministic discrete-event simulation of one core: the REAL
 // CoreCoordinator, driven on a simulated clock (CoreConfig::clock) by models
-// of what the workers (runtime/worker.cpp) and the slice ticker
+// of what the workers (runtime/sched/worker.cpp) and the slice ticker
 // (Scheduler::tick) do around it. Fake fibers are plain detail::Fiber records;
 // "running" one means only that simulated time passes until its next
 // scheduling point.
@@ -47,7 +47,7 @@
 //   fibers, run_inline joins, stall reports.
 #pragma once
 
-#include "core_coordinator.hpp"
+#include "core/core_coordinator.hpp"
 
 #include <coresched/options.hpp>
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The simulation (sim_core.hpp, sim_run.hpp) of cookies that sleep and come
 // back, and of fibers that change cookie: the sleeper credit and wake-up
-// preemption between cookies (runtime/core_fairness.cpp) must give a cookie
+// preemption between cookies (runtime/core/core_fairness.cpp) must give a cookie
 // that sleeps between bursts most of what it asks, and nothing more than its
 // share, whatever its bursts, and a fiber's set_cookie calls must never earn
 // credit. Without their fixes set_cookie_cycle starves cookie 1 (its share

@@ -20,7 +20,7 @@
 //   of equal weights (2 slices): the owner runs g x w_owner / w_max first.
 #include "sim_run.hpp"
 
-#include "cookie_registry.hpp"
+#include "platform/cookie_registry.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -13,7 +13,7 @@ see the README, "Fibers in gdb"). It adds:
 N is a fiber id (as `info fibers` prints it) or a gdb expression giving one (e.g. a
 variable holding JoinHandle::id()), or a `coresched::detail::Fiber *`.
 
-Where it reads (runtime/debug_registry.hpp, stack_header.hpp, fiber.hpp): the extern "C"
+Where it reads (runtime/sched/debug_registry.hpp, stack_header.hpp, fiber.hpp): the extern "C"
 list `coresched_debug_runtimes` of live runtimes; each names the sentinel of its circular
 list of mapped fiber stacks; the header at the top of each stack names the fiber that owns
 it (`running`) and what it waits for (`wait`). A fiber that never ran has no stack and is

@@ -14,7 +14,7 @@ import gdb
 
 # ---------------------------------------------------------------------------- layout
 
-# The fields read, by the names the library's table gives them (runtime/debug_registry.cpp):
+# The fields read, by the names the library's table gives them (runtime/sched/debug_registry.cpp):
 # the record's prefix, then the member's path in it.
 _RECORDS = {"rt": "coresched_debug_runtime", "sh": "coresched::detail::StackHeader",
             "wi": "coresched::detail::WaitInfo", "f": "coresched::detail::Fiber"}
