@@ -352,7 +352,7 @@ void Worker::publish_running() {
   }
   restore_errno(); // the wake-ups made system calls
   check_isolation(self);
-  open_segment(self->cookie, now_ns());
+  books_.open_segment(self->cookie, now_ns());
 }
 
 } // namespace coresched::detail

@@ -33,16 +33,11 @@ namespace {
 constexpr std::uint64_t kReadyMarginNs = 10'000; // woken this much before the expected wake-up latency ends
 } // namespace
 
-// The span's state changes under stats_mu_, so that a snapshot (collect)
-// counts a forced idle in progress: beside an owner that runs on, it never
-// ends, and read as none.
+// The span is in the cookie books, so that a snapshot counts a forced idle
+// in progress: beside an owner that runs on, it never ends, and would read as
+// none.
 void Worker::enter_forced_idle(const Pick& p) {
-  if (forced_) return;
-  std::lock_guard lk(stats_mu_);
-  forced_ = true;
-  forced_since_ = now_ns();
-  forced_wanted_ = p.wanted;
-  forced_blocker_ = p.blocker;
+  if (!books_.forced()) books_.enter_forced(now_ns(), p.wanted, p.blocker);
 }
 
 // sleep_until_turn_end has set this PU to watch for the hand-over (for one
@@ -60,12 +55,13 @@ bool Worker::handover_due() const noexcept {
 bool Worker::await_handover() noexcept {
   if (!handover_due()) return false;
   const std::uint64_t until = sib_->spin_until.load(std::memory_order_relaxed);
-  for (unsigned i = 1; core_.published_owner() == forced_blocker_; ++i) {
+  const std::uint64_t blocker = books_.blocker();
+  for (unsigned i = 1; core_.published_owner() == blocker; ++i) {
     _mm_pause();
     if (i % 64 != 0) continue;
     const std::uint64_t now = now_ns();
     if (stop_owner_at_ != 0 && now >= stop_owner_at_) {
-      core_.request_stop(forced_blocker_);
+      core_.request_stop(blocker);
       stop_owner_at_ = 0;
     }
     if (now >= until || sched_.exiting()) break;
@@ -74,7 +70,7 @@ bool Worker::await_handover() noexcept {
 }
 
 void Worker::leave_forced_idle() {
-  if (!forced_) return;
+  if (!books_.forced()) return;
   stop_owner_at_ = 0;
   sib_->spin_until.store(0, std::memory_order_relaxed);
   // Leaving forced idle while the cookie it waited behind still owns the
@@ -83,15 +79,11 @@ void Worker::leave_forced_idle() {
   // fibers still wait on the core, only the ticker's preemption request will
   // (CoreCoordinator::enqueue_locked), so ask for its fine period. After a
   // hand-over the owner is the cookie it waited for, and this is skipped.
-  if (core_.published_owner() == forced_blocker_ && core_.queued_hint() > 0) sched_.want_fine_ticks();
-  const std::uint64_t span = now_ns() - forced_since_;
-  core_.forced_idle_ns.fetch_add(span, std::memory_order_relaxed);
+  if (core_.published_owner() == books_.blocker() && core_.queued_hint() > 0) sched_.want_fine_ticks();
+  const CookieBooks::Span s = books_.leave_forced(now_ns());
+  core_.forced_idle_ns.fetch_add(s.ns, std::memory_order_relaxed);
   if (trace_) [[unlikely]]
-    trace_->record({forced_since_, span, 0, forced_wanted_, forced_blocker_, TraceKind::forced_idle});
-  std::lock_guard lk(stats_mu_);
-  cookie_stats_[forced_wanted_].suffered_ns += span;
-  cookie_stats_[forced_blocker_].caused_ns += span;
-  forced_ = false;
+    trace_->record({s.since, s.ns, 0, s.wanted, s.blocker, TraceKind::forced_idle});
 }
 
 void Worker::trace_handover(const Pick& p) noexcept {
@@ -127,7 +119,7 @@ bool Worker::sleep_until_turn_end(std::uint64_t& due) {
   } else {
     // A timer never fires early, so the owner's vruntime is past the due
     // time when it reads the flag: its pick hands over.
-    core_.request_stop(forced_blocker_);
+    core_.request_stop(books_.blocker());
     // Awake anyway: watch for the hand-over for at most one wake-up latency,
     // once per turn's end, then sleep. If it comes within that stretch the
     // new cookie starts at once; if not, the spin cost no more than the

@@ -169,7 +169,7 @@ void Worker::thread_main() {
   ready_.store(1, std::memory_order_release);
   idle_loop();
   drain_ring();
-  close_segment(now_ns());
+  books_.close_segment(now_ns());
   if (trace_) trace_run(nullptr);
   tls_worker = nullptr;
   watch_worker(nullptr);
@@ -182,9 +182,9 @@ void Worker::begin_run(Fiber* f) {
   publish_vtime(f);
   f->last_worker = index_;
   running_id.store(f->id, std::memory_order_relaxed);
-  if (!seg_open_ || f->cookie != seg_cookie_) [[unlikely]]
+  if (books_.needs_segment(f->cookie)) [[unlikely]]
     open_segment(f->cookie);
-  ++seg_runs_;
+  books_.count_run();
   if (trace_) [[unlikely]]
     trace_run(f);
   check_isolation(f);

@@ -10,6 +10,7 @@
 #include "core/core_coordinator.hpp"
 #include "fiber/fiber.hpp"
 #include "reactor/reactor.hpp"
+#include "sched/cookie_books.hpp"
 #include "sched/local_queue.hpp"
 #include "platform/record_cache.hpp"
 #include "fiber/stack_pool.hpp"
@@ -256,9 +257,6 @@ public:
 
 private:
   enum class After { none, requeue, park, retire };
-  struct CookieCounters {
-    std::uint64_t cpu_ns = 0, suffered_ns = 0, caused_ns = 0, runs = 0;
-  };
 
   void thread_main();
   void bind_to_cpu();
@@ -291,10 +289,7 @@ private:
   [[noreturn]] static void fiber_main(ctx::transfer_t t);
   [[noreturn]] static void fiber_fail_main(ctx::transfer_t t);
   [[noreturn]] static void fiber_loop();
-  void open_segment(std::uint64_t cookie);
-  void open_segment(std::uint64_t cookie, std::uint64_t now);
-  void close_segment(std::uint64_t now);
-  void close_segment_locked(std::uint64_t now);
+  [[gnu::cold]] void open_segment(std::uint64_t cookie); // cold: keeps begin_run's frame light
   void trace_run(const Fiber* f) noexcept;
   void enter_forced_idle(const Pick& p);
   bool handover_due() const noexcept;
@@ -367,28 +362,17 @@ private:
   const std::atomic<std::uint32_t>* ticks_; // the scheduler's tick count (cached: read on every switch)
   After after_ = After::none;
 
-  // Per-cookie CPU time is charged in segments that end only when the cookie
-  // on this PU changes or it idles, so same-cookie switches read no clock.
-  // Cookie, start and openness are written under stats_mu_ (open_segment).
-  std::uint64_t seg_cookie_ = 0;
-  std::uint64_t seg_start_ = 0;
-  std::uint64_t seg_runs_ = 0; // this worker's alone: counted into the books when the segment closes
-  bool seg_open_ = false;
-
   bool idle_ = false; // in the idle loop (published through the scheduler's placement index)
-  bool forced_ = false;
   std::uint64_t wake_latency_ns_ = 20'000; // EWMA of how late this worker's ring timer wakes it
   std::uint64_t stop_owner_at_ = 0; // spinning forced idle: when to ask the owner to stop (0: done or none)
   std::uint64_t turn_end_spun_ = 0; // forced idle: the turn's end last spun for (once each)
-  std::uint64_t forced_since_ = 0, forced_wanted_ = 0, forced_blocker_ = 0;
 
   TraceRing* trace_ = nullptr; // null unless tracing
   std::uint64_t trace_since_ = 0, trace_fiber_ = 0, trace_cookie_ = 0;
   bool trace_open_ = false;
   std::uint64_t trace_last_cookie_ = ~std::uint64_t{0};
 
-  std::mutex stats_mu_;
-  std::unordered_map<std::uint64_t, CookieCounters> cookie_stats_;
+  CookieBooks books_; // cpu time by run segment, forced idle suffered and caused
   std::atomic<std::uint64_t> steals_{0}, sleeps_{0};
 };
 

@@ -71,8 +71,8 @@ Fiber* Worker::find_work() {
     }
     poll_io();
     if (steal_and_adopt(p, false)) continue;
-    if (!spinning && !forced_) spinning = sched_.try_start_spinning();
-    const int limit = forced_ ? kForcedIdleSpinRounds : spinning ? kIdleSpinRounds : kUnclaimedSpinRounds;
+    if (!spinning && !books_.forced()) spinning = sched_.try_start_spinning();
+    const int limit = books_.forced() ? kForcedIdleSpinRounds : spinning ? kIdleSpinRounds : kUnclaimedSpinRounds;
     if (rounds < limit) {
       ++rounds;
       for (int i = 0; i < kPausesPerRound; ++i) _mm_pause();
@@ -81,7 +81,7 @@ Fiber* Worker::find_work() {
     // The last steal left a wake-affine fiber alone for the thieves' grace
     // (affine_grace.hpp): stay for the grace, at most one grace in all, so a
     // fiber whose waker runs on is taken now rather than at the slice tick.
-    if (steal_grace_.refused() && !forced_) {
+    if (steal_grace_.refused() && !books_.forced()) {
       const std::uint64_t now = now_ns();
       if (grace_spin_since == 0) grace_spin_since = now;
       if (now - grace_spin_since < AffineGrace::kGraceNs + 1'000) {
@@ -89,7 +89,7 @@ Fiber* Worker::find_work() {
         continue;
       }
     }
-    if (forced_ && await_handover()) continue;
+    if (books_.forced() && await_handover()) continue;
     if (testing::idle_never_sleeps.load(std::memory_order_relaxed)) {
       // Valgrind runs one thread at a time and switches at the end of a
       // quantum, which may fall inside this worker's core lock; a waker then
@@ -138,11 +138,8 @@ bool Worker::sleep_once() {
     return false;
   }
   core_.prepare_sleep_locked(sibling_);
-  std::uint64_t turn_end = forced_ ? core_.turn_due_locked(sibling_) : 0;
-  if (turn_end != 0) { // the cookie to ask (it may have changed); stats_mu_: a snapshot reads it (collect)
-    std::lock_guard lk(stats_mu_);
-    forced_blocker_ = core_.published_owner();
-  }
+  std::uint64_t turn_end = books_.forced() ? core_.turn_due_locked(sibling_) : 0;
+  if (turn_end != 0) books_.wait_behind(core_.published_owner()); // the cookie to ask (it may have changed)
   const std::uint32_t epoch = sibling().wake_word.load(std::memory_order_acquire);
   core_.lock().unlock();
   wakes.notify();
@@ -167,7 +164,7 @@ bool Worker::sleep_once() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (sched_.queued_elsewhere(*this) && steal_and_adopt(p, true)) return false;
   }
-  close_segment(now_ns());
+  books_.close_segment(now_ns());
   sleeps_.fetch_add(1, std::memory_order_relaxed);
   // Sleep in the io_uring: an I/O completion or a waker's eventfd write ends
   // it; forced idle, also the end of the owner's turn (forced_idle.cpp).
