@@ -138,7 +138,7 @@ bool Worker::sleep_until_turn_end(std::uint64_t& due) {
     // with the owner it waits for, in the very turn the owner's cookie is
     // paying for, and the kernel's forced-idle sibling halts instead. What
     // the watch costs real SMT hardware an emulated SMT guest cannot show
-    // (docs/performance.md, "The watch at the turn's end on real siblings"),
+    // (docs/design.md, "The watch at the turn's end on real siblings"),
     // so this follows the kernel.
     // On synthetic siblings, other CPUs, it costs the owner nothing.
     if (end == turn_end_spun_ || !sched_.watch_turn_end()) return false;
