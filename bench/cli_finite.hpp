@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // A range check for floating-point command-line values that also refuses NaN
 // and infinity. CLI::Range compares with < and >, both false for NaN, so
-// "--time nan" got through and the benchmarks printed nan or zero figures.
+// "--time nan" would get through and the benchmarks print nan or zero figures.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -373,8 +373,8 @@ TEST_CASE("stats match the fibers' own clocks at every snapshot, joins, exits an
   // The figures are the plain build's promise. Under a sanitizer the
   // scheduler's own code between a fiber's last stamp and the switch runs
   // several times slower, and by the runtime's rule (a worker's time is the
-  // last cookie's it switched in) it is that cookie's: ASan read the sum
-  // 2.1-2.7 % above the fibers' books on core:1 pu:2 in every try. There the
+  // last cookie's it switched in) it is that cookie's: under ASan the sum
+  // reads 2-3 % above the fibers' books on core:1 pu:2. There the
   // trial runs for the memory and race checks, and its figures are printed.
   if (test_support::stress_scale() >= 1) CHECK(r.ok);
 }

@@ -83,8 +83,8 @@ TEST_CASE("blocking_call from a plain thread runs the call in place", "[blocking
 }
 
 // One worker: a fiber in a 300 ms blocking call, another fiber on the same
-// worker sleeping 1 ms at a time. Run in the fiber itself, the call made the
-// first of those sleeps end 300 ms late and left no room for others. The
+// worker sleeping 1 ms at a time. Run in the fiber itself, the call would
+// make the first of those sleeps end 300 ms late and leave no room for others. The
 // sleeps' median lateness is held to 2 ms; their tail is the host's (on the
 // development VM a plain 1 ms sleep's p99 reaches 1-3 ms), so the worst one is
 // held only to what tells a blocked worker from a free one.
@@ -212,7 +212,7 @@ TEST_CASE("the fiber sees errno as the call left it, and a reference result is t
 
 // The call runs on a plain thread: a fiber it spawns without a cookie is the
 // call's tenant's. Untagged, it could not run beside the call's hold, and the
-// call that joined it waited for ever.
+// call that joined it would wait for ever.
 TEST_CASE("a blocking call that spawns and joins a fiber: the child has the call's cookie", "[blocking]") {
   Runtime rt(topo("core:1 pu:2"));
   const Cookie a = Cookie::create("a");
@@ -245,8 +245,8 @@ TEST_CASE("a blocking call that cannot get a thread throws, runs nothing and fre
 TEST_CASE("a fiber arriving during another cookie's blocking call runs on a free core", "[blocking]") {
   Runtime rt(topo("core:2 pu:2"));
   const Cookie a = Cookie::create("a"), b = Cookie::create("b");
-  // Six rounds must all be on time (with the held core taken for idle, two
-  // in ten were, by luck); a second attempt forgives one slow machine.
+  // Six rounds must all be on time (with the held core taken for idle, about
+  // two in ten would be, by luck); a second attempt forgives one slow machine.
   bool ok = false;
   for (int attempt = 0; attempt < 2 && !ok; ++attempt) {
     ok = true;
@@ -275,8 +275,8 @@ TEST_CASE("a fiber arriving during another cookie's blocking call runs on a free
 
 // Eight fibers of cookie a make short blocking calls back to back, so that
 // one is nearly always in flight; cookie b's busy fiber must still get its
-// turns on the one core. With the core's hold taken whatever the turn, b got
-// nothing in 4 of 5 runs.
+// turns on the one core. With the core's hold taken whatever the turn, b
+// would mostly get nothing.
 TEST_CASE("back-to-back blocking calls of one cookie leave the core's turns to another", "[blocking][fairness]") {
   Runtime rt(topo("core:1 pu:2"));
   const Cookie a = Cookie::create("a"), b = Cookie::create("b");

@@ -13,7 +13,7 @@ using Kind = Pick::Kind;
 namespace {
 // A clock the tests move by hand (CoreConfig::clock), for every test here: on
 // the real clock a test descheduled between two picks on a loaded machine
-// (ctest -j2) saw a slice pass that it did not script.
+// (ctest -j2) would see a slice pass that it did not script.
 std::uint64_t fake_now = 1'000'000'000;
 std::uint64_t fake_clock() noexcept { return fake_now; }
 
@@ -199,7 +199,7 @@ TEST_CASE("a steal takes half the queue, one cookie, never a pinned fiber", "[co
   CHECK(out[0] == &f[6]);
 }
 
-// ---- regressions, on a clock moved by hand (tests/sim/ found or checks them at scale) ----
+// ---- the fairness books' failure cases, on a clock moved by hand (tests/sim/ checks them at scale) ----
 
 namespace {
 using coresched::FairnessPolicy;
@@ -229,8 +229,8 @@ struct LateArrival {
 } // namespace
 
 TEST_CASE("a cookie arriving after a long solo run is placed level with the owner", "[coordinator]") {
-  // Placed at the stale floor it was 2 s behind, due at once, and the owner
-  // then got nothing for 2 s.
+  // Placed at the stale floor it would be 2 s behind, due at once, and the
+  // owner would then get nothing for 2 s.
   LateArrival t(FairnessPolicy::core_vruntime);
   fake_now += kMs / 10;
   const Pick early = t.yield(0);
@@ -244,8 +244,8 @@ TEST_CASE("a cookie arriving after a long solo run is placed level with the owne
 }
 
 TEST_CASE("forced-idle balance counts an arrival's wait from its arrival", "[coordinator]") {
-  // A `fresh` flag skipped the first span after an arrival, so the wait
-  // before the first pick after it was lost: the arrival was due later.
+  // Skipping the first span after an arrival would lose the wait before the
+  // first pick after it: the arrival would be due later.
   LateArrival t(FairnessPolicy::forceidle_balance);
   fake_now += 3 * kMs / 10;
   CHECK(t.yield(0).fiber == &t.f[0]); // waited 0.3 ms: not due
@@ -256,9 +256,10 @@ TEST_CASE("forced-idle balance counts an arrival's wait from its arrival", "[coo
 }
 
 TEST_CASE("a hand-over to a pinned cookie survives the handing sibling going to sleep", "[coordinator]") {
-  // Sleeping, the handing sibling reset the owner; the woken one chose afresh
-  // (the owner had been charged for the wake-up), handed the core back to a
-  // cookie pinned to the sleeper, and the two woke each other for ever.
+  // Were the handing sibling to reset the owner as it sleeps, the woken one
+  // would choose afresh (the owner charged for the wake-up), hand the core
+  // back to a cookie pinned to the sleeper, and the two would wake each
+  // other for ever.
   Core core(2, FairnessPolicy::core_vruntime, kMs / 2, fake_clock);
   std::vector<Fiber> f(2);
   core.c.prepare_sleep_locked(1);
@@ -278,7 +279,7 @@ TEST_CASE("a hand-over to a pinned cookie survives the handing sibling going to 
 
 TEST_CASE("set_cookie into a long-absent cookie places it at the floor", "[coordinator]") {
   // The fiber brings the cookie without queueing it; its vruntime from a
-  // visit 2 s ago was credit that kept it on the core for 2 s.
+  // visit 2 s ago would be credit that keeps it on the core for 2 s.
   Core core(2, FairnessPolicy::core_vruntime, kMs / 2, fake_clock);
   std::vector<Fiber> f(3);
   core.add(0, fiber(f, 0, 9));

@@ -79,8 +79,8 @@ TEST_CASE("set_cookie changes the running fiber's cookie", "[cookie]") {
 TEST_CASE("joining a fiber that changes its cookie on another core", "[cookie][tsan]") {
   // A join looks for the child in its own core's queue while the child runs
   // on the other core and changes its cookie there: the lookup must read no
-  // field of the child (TSan reported a data race while RunQueue::contains
-  // read its cookie). Asserts the values; the race itself shows under TSan.
+  // field of the child (RunQueue::contains reading its cookie is a data race
+  // TSan reports). Asserts the values; the race itself shows under TSan.
   Runtime rt(topo("core:2 pu:1"));
   auto h = rt.spawn(
       [] {
@@ -240,8 +240,8 @@ TEST_CASE("kernel cookie option degrades gracefully", "[cookie]") {
 }
 
 TEST_CASE("fairness holds across rounds of fresh cookies against a long-lived one", "[fairness]") {
-  // Regression: a new cookie used to start at vruntime 0 against the untagged
-  // cookie's whole history, so every round skewed the split further. Shares
+  // A new cookie must not start at vruntime 0 against the untagged cookie's
+  // whole history, or every round skews the split further. Shares
   // are measured between two snapshots taken while both fibers run, so a late
   // start (a loaded CI machine) cannot skew them.
   for (auto policy : {FairnessPolicy::core_vruntime, FairnessPolicy::forceidle_balance}) {
@@ -287,20 +287,20 @@ TEST_CASE("fairness holds across rounds of fresh cookies against a long-lived on
 }
 
 TEST_CASE("fairness: a cookie arriving after another ran alone for 2 s gets 40% of every 100 ms", "[fairness]") {
-  // Regression (a user's report): cookie A, two busy fibers, ran alone on a
-  // two-PU core for T; then cookie B arrived, and for the next T A got none
-  // of the core. While one cookie runs alone no pick reads the clock, so A's
-  // core vruntime and the core's floor were T old, and B was placed at that
-  // stale floor, T behind A. The fix brings the books up to date when a
-  // cookie arrives. tests/sim/ checks the same in simulated time.
+  // Cookie A, two busy fibers, runs alone on a two-PU core for T; then cookie
+  // B arrives, and A must not lose the core for the next T. While one cookie
+  // runs alone no pick reads the clock, so A's core vruntime and the core's
+  // floor are T old, and B placed at that stale floor would be T behind A:
+  // the books are brought up to date when a cookie arrives. tests/sim/
+  // checks the same in simulated time.
   //
-  // Measured: the work (20 us chunks) each cookie's fibers did in each
-  // 100 ms window of the 1.5 s after B arrived, all within the 2 s that A
-  // starved before the fix (0 % of every window). Work, not Stats::core_ns:
+  // Measured: the work (20 us chunks) each cookie's fibers do in each
+  // 100 ms window of the 1.5 s after B arrives, all within the 2 s that A
+  // would starve otherwise (0 % of every window). Work, not Stats::core_ns:
   // when the VM is paused, the cookie holding the core is charged core time
-  // for the pause but does no work (one run charged B 5.4 s in one window).
-  // And stats are not read before B arrives: reading them checkpoints the
-  // core, which refreshes A's vruntime and would hide the bug.
+  // for the pause but does no work (seconds in one window). And stats are not
+  // read before B arrives: reading them checkpoints the core, which
+  // refreshes A's vruntime and would hide the starvation.
   //
   // Noise, measured rather than guessed. This 2-vCPU VM is shared with
   // builds and other test runs, and a window in which the kernel or the host
@@ -309,12 +309,11 @@ TEST_CASE("fairness: a cookie arriving after another ran alone for 2 s gets 40% 
   // while the kernel ran another thread) stayed under 10 ms and they did at
   // least 70 % of the work two PUs can do in it (the host may pause the
   // whole VM, which no run-queue counter sees). In quiet windows the split
-  // was 48-51 % in every run here, and each cookie must get 40 % of every
-  // one. Under load (load average 15-18: 30-2500 ms of wait per window) a
-  // window's split ranged from 0 to 100 %; such windows, and the one after
-  // each, are reported, not judged. The whole 1.5 s is always judged,
-  // loosely: each cookie 25 % of the work (39-61 % under that load; before
-  // the fix A got 0 %).
+  // is 48-51 %, and each cookie must get 40 % of every one. Under load (load
+  // average 15-18: 30-2500 ms of wait per window) a window's split ranges
+  // from 0 to 100 %; such windows, and the one after each, are reported, not
+  // judged. The whole 1.5 s is always judged, loosely: each cookie 25 % of
+  // the work (39-61 % under that load; a starved A gets 0 %).
   for (auto policy : {FairnessPolicy::core_vruntime, FairnessPolicy::forceidle_balance}) {
     Runtime rt(topo("core:1 pu:2", policy));
     const Cookie cookie[2] = {Cookie::create(), Cookie::create()};
@@ -361,9 +360,8 @@ TEST_CASE("fairness: a cookie arriving after another ran alone for 2 s gets 40% 
       // A window right after a noisy one is not judged either. Time a worker
       // lost while its cookie owned the core was still charged to that
       // cookie, and the scheduler rightly pays it back in the next window, so
-      // that window's split is skewed by the noise before it. (TSan CI run
-      // at 03cf7ef: a window read 38 % at 8.5 ms waited and 71 % of capacity,
-      // just inside the limits, with 13 of 15 windows noisy around it.)
+      // that window's split is skewed by the noise before it. (Under TSan
+      // such a window can read 38 % just inside the quiet limits.)
       const bool judged = quiet && quiet_before;
       quiet_before = quiet;
       const double share = a + b > 0 ? a / (a + b) : 0.0;
@@ -433,8 +431,7 @@ TEST_CASE("a forced-idle PU does not spin through an owner's long turn", "[hando
   // waits on the other sibling. Its turn is due long before A stops: the
   // forced-idle PU may spin a quarter slice past the due time, not for the
   // whole turn, and an overdue turn must not look due just now at every look
-  // (it did in a first version, which spun throughout): the process uses about
-  // one CPU, not two.
+  // (or the PU spins throughout): the process uses about one CPU, not two.
   // Both ways: by default it spins at most one wake-up latency once per
   // turn's end, with handover_spin up to a quarter slice past it.
   const bool spin = GENERATE(false, true);

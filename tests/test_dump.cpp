@@ -94,9 +94,8 @@ Event* rbp_test_event = nullptr;
 
 } // namespace
 
-// A frame pointer of -8 or -16 made "fp + 16 > hi" wrap and pass, and the
-// walk read address 0 or -8: a SIGSEGV in the dump (3 of 3 runs, and 7 of
-// 80 seeds of a program with exceptions and a dumping thread).
+// A frame pointer of -8 or -16 makes "fp + 16 > hi" wrap and pass, and a
+// walk that trusted it would read address 0 or -8: a SIGSEGV in the dump.
 TEST_CASE("the fiber dump ends its walk at a frame pointer near the top of the address space", "[dump]") {
   Runtime rt(topo("core:1 pu:2"));
   for (const long rbp : {-8L, -16L, 0x1000L}) {
@@ -114,7 +113,7 @@ TEST_CASE("the fiber dump ends its walk at a frame pointer near the top of the a
 }
 
 // Fiber records are recycled (and may go back to malloc) while a dump reads
-// them: under ASan those reads aborted the program (11 of 11 runs).
+// them: under ASan plain reads of them abort the program.
 TEST_CASE("fiber dumps taken while fibers come and go read no record unchecked", "[dump]") {
   Runtime rt(topo("core:2 pu:2"));
   std::atomic<bool> stop{false};
@@ -143,8 +142,8 @@ TEST_CASE("fiber dumps taken while fibers come and go read no record unchecked",
   CHECK(dumps > 0);
 }
 
-// libdw's line tables took more than a fiber's default 64 KiB of stack: a
-// dump from a fiber overflowed it in 8 of 10 runs.
+// libdw's line tables take more than a fiber's default 64 KiB of stack: a
+// dump run on the fiber itself would mostly overflow it.
 TEST_CASE("a fiber dump taken from a fiber with the default stack", "[dump]") {
   Runtime rt(topo("core:1 pu:2"));
   Event release;
@@ -275,8 +274,8 @@ TEST_CASE("the fiber dump lists fibers that never ran and a child run inline", "
   std::atomic<std::uint64_t> child_id{0}, parent_id{0};
   // A fiber pinned behind a spinner never runs while the dump is taken. The
   // spinner holds PU 1 before the parent spawns its child: an idle PU 1 could
-  // take the child first, and it would not run inline (seen once in six TSan
-  // runs of the suite).
+  // take the child first, and it would not run inline (now and then under
+  // TSan).
   std::atomic<bool> stop{false}, spinning{false};
   auto spinner = rt.spawn([&] {
     spinning = true;
@@ -296,7 +295,7 @@ TEST_CASE("the fiber dump lists fibers that never ran and a child run inline", "
     // (and its queues read: an idle worker spinning on the core lock, slow
     // under TSan, can keep the dump from taking it for its 1 ms)
     // The child sets its id before it parks: wait for the park too (a dump
-    // taken between the two lists it running; seen once in CI under TSan).
+    // taken between the two lists it running, now and then under TSan).
     return child_id.load() && has(s, "fiber " + std::to_string(child_id.load()) + " cookie 0 (untagged) parked") &&
            has(s, "below it on the same stack: fiber " + std::to_string(parent_id.load())) &&
            !has(s, "queues not read");
@@ -432,12 +431,12 @@ WatchedRun run_watched(bool dumping) {
 
 } // namespace
 
-// The dump held the list of stacks locked while it symbolized and wrote
-// every fiber's frames, and a worker mapping a stack for a fiber's first run
-// waits for that lock: with a thread dumping every 0.5 ms each such worker
-// waited for a whole dump (the run below took seconds, against tens of ms
-// without dumps), and another worker, spinning until the context of the fiber
-// switched out there was saved, reported that fiber as stalled. A busy
+// A worker mapping a stack for a fiber's first run waits for the lock of the
+// list of stacks: were a dump to hold it while it symbolizes and writes
+// every fiber's frames, with a thread dumping every 0.5 ms each such worker
+// would wait for a whole dump (the run below would take seconds, against
+// tens of ms without dumps), and another worker, spinning until the context
+// of the fiber switched out there was saved, would report that fiber as stalled. A busy
 // machine only slows a run (by seconds, on a shared 2-CPU one), so each
 // kind's fastest of five runs is compared (alternated, on the same machine).
 // Stalls are counted while the fibers run.

@@ -248,8 +248,8 @@ TEST_CASE("a sleeping runtime wakes for a fiber spawned from a foreign thread", 
 }
 
 TEST_CASE("a fiber woken beside a CPU-bound fiber of its cookie runs at the runner's next preemption point", "[fibers][vtime]") {
-  // The latt seed's finding: a woken client waited for a busy fiber's slice to
-  // end. It slept, so it is behind in virtual runtime and the runner is asked
+  // A woken client (latt) must not wait for a busy fiber's slice to end. It
+  // slept, so it is behind in virtual runtime and the runner is asked
   // to stop at once (fiber_vtime.hpp). With a 40 ms slice, waiting for the
   // slice would average ~20 ms; the preemption point comes every few us.
   Options o = topo("core:1 pu:1");
@@ -392,8 +392,8 @@ TEST_CASE("an unpinned child joined inline keeps its pinned joiner on its PU", "
   stop = true;
 }
 
-// now() + nanoseconds::max() overflowed into the past: the longest sleep
-// returned at once. It now ends only with the runtime's shutdown.
+// now() + nanoseconds::max() overflows into the past, and unsaturated the
+// longest sleep would return at once. It ends only with the runtime's shutdown.
 TEST_CASE("the longest sleep does not return early", "[fibers][sleep]") {
   Runtime rt(topo("core:1 pu:1"));
   std::atomic<bool> shutting{false};

@@ -264,8 +264,8 @@ TEST_CASE("I/O calls are fiber-only", "[io]") {
 }
 
 TEST_CASE("a busy worker still completes its fibers' I/O", "[io]") {
-  // Regression: with DEFER_TASKRUN and no TASKRUN_FLAG, a worker kept busy by
-  // CPU-bound fibers never entered the kernel, so a sleeper on it never woke.
+  // With DEFER_TASKRUN and no TASKRUN_FLAG, a worker kept busy by CPU-bound
+  // fibers would never enter the kernel, so a sleeper on it would never wake.
   Runtime rt(topo("core:1 pu:1"));
   std::atomic<bool> stop{false};
   auto busy = rt.spawn([&] {
@@ -295,9 +295,9 @@ TEST_CASE("a timer on a busy worker fires at the runner's next preemption point,
   // batch (the runner is runnable when the sleeper parks), so the runner is
   // asked back at its first preemption point to submit it; the timer's
   // completion raises the ring's IORING_SQ_TASKRUN, which the next preemption
-  // point reads. Before both, the ticker (every slice/4 = 10 ms) did each
-  // step: the average lateness read about a tick. With only the ticker's
-  // help it fails the bound below; without any, it is half a slice or more.
+  // point reads. With only the ticker's help (every slice/4 = 10 ms) for each
+  // step, the average lateness would be about a tick, which fails the bound
+  // below; without any, it is half a slice or more.
   //
   // Under epoll nothing flags a due timer to a busy worker: the ticker asks
   // it to look, so the bound there is a tick (a quarter slice) and the same
@@ -411,7 +411,7 @@ TEST_CASE("a CPU-bound fiber and an I/O ping-pong on one PU share it", "[io][fai
   // its first preemption point and was preempted by the fiber that woke,
   // switched in and out twice per round trip, would do 0.05 of its work
   // alone; round trips that waited for the runner's tick would do 0.003.
-  // Now a runner about to run while SQEs wait submits them first and the pick
+  // So a runner about to run while SQEs wait submits them first and the pick
   // is made again (Worker::before_run): the runner 0.39, the ping-pong 0.57 of
   // alone here; kernel threads on one CPU split it 0.44 (coresched-io-beside-bench).
   Runtime rt(topo("core:2 pu:1"));
@@ -479,7 +479,7 @@ TEST_CASE("a transfer past 4 GiB is a short count, not its length cut to 32 bits
   ::close(fd);
   munmap(p, len);
   CHECK(r.ok());
-  CHECK(r.value == 0x7ffff000); // as write(2) itself gives (MAX_RW_COUNT); it was 5
+  CHECK(r.value == 0x7ffff000); // as write(2) itself gives (MAX_RW_COUNT); cast to 32 bits it would be 5
 }
 
 TEST_CASE("a Cancellation serves one operation at a time", "[io]") {
@@ -491,8 +491,8 @@ TEST_CASE("a Cancellation serves one operation at a time", "[io]") {
     return io::sleep_until(std::chrono::steady_clock::now() + 30s, &c);
   }, SpawnOptions{.pin_to_pu = 0});
   while (!started.load()) std::this_thread::sleep_for(1ms);
-  // The second took the handle over, and cancel() reached only it: the first
-  // ran to its end. Tried until the first is in flight (a slow build may
+  // The second would take the handle over, and cancel() reach only it: the
+  // first would run to its end. Tried until the first is in flight (a slow build may
   // not have queued it yet); without the check no try is refused.
   bool refused = false;
   for (int i = 0; i < 200 && !refused; ++i) {
@@ -511,10 +511,10 @@ TEST_CASE("a Cancellation serves one operation at a time", "[io]") {
 
 TEST_CASE("io::close releases the fd number for a pipe made on another core", "[io][tsan]") {
   // ThreadSanitizer learns of a close only through its close(2) interceptor.
-  // A close done by the ring left the fd "open" in TSan's books, and a pipe
-  // that reused the number in a fiber on another worker was reported as a data
-  // race with the first pipe's creation (CI's TSan suite, fuzzer "core:2
-  // pu:2"). The two fibers below share nothing TSan could order them by: a
+  // A close done by the ring leaves the fd "open" in TSan's books, and a pipe
+  // that reuses the number in a fiber on another worker is reported as a data
+  // race with the first pipe's creation. The two fibers below share nothing
+  // TSan could order them by: a
   // relaxed flag tells the second that the first has closed. In the other
   // builds it checks that io::close really frees the numbers.
   Runtime rt(topo("core:2 pu:1"));
@@ -527,9 +527,9 @@ TEST_CASE("io::close releases the fd number for a pipe made on another core", "[
     return ok;
   }, SpawnOptions{.pin_to_pu = 0});
   // New pipes take the lowest free numbers: the ones just closed, or lower
-  // ones that other code freed meanwhile (in the ASan build, fds 7 and 8
-  // came free between the two fibers in 2 runs of 30, worker start-up's own
-  // files). So b makes pipes, keeping them open, until one reuses the number.
+  // ones that other code freed meanwhile (in the ASan build, worker
+  // start-up's own files may come free between the two fibers). So b makes
+  // pipes, keeping them open, until one reuses the number.
   struct Seen { int closed, pipes; bool reused; };
   auto b = rt.spawn([&] {
     while (closed.load(std::memory_order_relaxed) < 0) this_fiber::yield();

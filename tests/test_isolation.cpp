@@ -134,9 +134,9 @@ TEST_CASE("a finished fiber's captures and uncollected result are destroyed unde
 TEST_CASE("a result whose handle goes after the fiber finished is destroyed by the handle's owner",
           "[isolation]") {
   // Once a fiber is done, its result belongs to whoever holds the handle; a
-  // detach then destroys it in that fiber. It used to go with the record's
-  // last reference, which the finished fiber's worker often dropped while
-  // already running another fiber.
+  // detach then destroys it in that fiber, not with the record's last
+  // reference, which the finished fiber's worker often drops while already
+  // running another fiber.
   struct Ids {
     std::atomic<std::uint64_t> owner{0}, child{0};
     std::atomic<int> wrong{0}, destroyed{0};

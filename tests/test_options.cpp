@@ -19,11 +19,11 @@ TEST_CASE("settings out of range are refused with a message", "[options]") {
     change(o);
     CHECK_THROWS_AS(Runtime(o), UsageError);
   };
-  refused([](Options& o) { o.slice = std::chrono::microseconds::max(); }); // overflowed: ticked every 90 us
-  refused([](Options& o) { o.stall_threshold = std::chrono::milliseconds(18446744073710); }); // wrapped to 0.45 ms
-  refused([](Options& o) { o.log_level = "bogus"; }); // taken as "off"
-  refused([](Options& o) { o.dump_signal = 32; });    // glibc's own: sigaction failed, logged only
-  CHECK_THROWS_AS(Runtime(topo("core:100000 pu:100000")), TopologyError); // was still in hwloc after 60 s
+  refused([](Options& o) { o.slice = std::chrono::microseconds::max(); }); // would overflow: a tick every 90 us
+  refused([](Options& o) { o.stall_threshold = std::chrono::milliseconds(18446744073710); }); // would wrap to 0.45 ms
+  refused([](Options& o) { o.log_level = "bogus"; }); // would be taken as "off"
+  refused([](Options& o) { o.dump_signal = 32; });    // glibc's own: sigaction would fail, only logged
+  CHECK_THROWS_AS(Runtime(topo("core:100000 pu:100000")), TopologyError); // would load in hwloc for minutes
   Runtime rt(topo("core:1 pu:1"));
   CHECK_THROWS_AS(rt.dump(nullptr), UsageError); // SIGSEGV
 }
@@ -35,13 +35,13 @@ TEST_CASE("environment values out of range are refused with a message", "[option
     ~Env() { ::unsetenv(name); }
   };
   {
-    Env e("CORESCHED_TRACE_EVENTS", "-1"); // std::length_error: terminate in a program without a catch
+    Env e("CORESCHED_TRACE_EVENTS", "-1"); // would be std::length_error: terminate in a program without a catch
     Options o = topo("core:1 pu:1");
     o.trace_path = "/dev/null";
     CHECK_THROWS_AS(Runtime(o), UsageError);
   }
   {
-    Env e("CORESCHED_DUMP_SIGNAL", "4294967306"); // read as 10, SIGUSR1
+    Env e("CORESCHED_DUMP_SIGNAL", "4294967306"); // would read as 10, SIGUSR1
     CHECK_THROWS_AS(Runtime(topo("core:1 pu:1")), UsageError);
   }
 }

@@ -113,7 +113,7 @@ TEST_CASE("handles joined after their runtime is gone free their records", "[rec
 // A kept handle of a finished fiber holds its join record
 // (48 bytes and the task) and nothing of the scheduling record, which went back
 // to its worker's free list when the fiber retired. With one block for both,
-// each kept handle held 208 bytes.
+// each kept handle would hold 208 bytes.
 TEST_CASE("a finished fiber whose handle is kept holds only its join record", "[record_cache][fibers]") {
   Runtime rt(topo("core:2 pu:1"));
   const long n = static_cast<long>(200'000 * std::max(stress_scale(), 0.5));
@@ -132,7 +132,7 @@ TEST_CASE("a finished fiber whose handle is kept holds only its join record", "[
   // One record block (120 bytes in a normal build: a 128-byte malloc chunk)
   // plus what the free lists keep (the depot holds at most 16,384 records:
   // ~10 bytes per handle here). One block for the fiber and its join state
-  // was a 224-byte chunk. Relative to the block: under ASan the fiber record,
+  // would be a 224-byte chunk. Relative to the block: under ASan the fiber record,
   // and so the block, is larger (160.4 bytes per handle there).
   INFO("record block: " << detail::kRecordBytes << " bytes");
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)

@@ -160,9 +160,9 @@ TEST_CASE("a RecvStream read and ended on another worker than the one that made 
     std::vector<unsigned char> got;
     // Read on worker 1: the first request moves the buffers here (worker 0
     // unregisters the old ones when it gets to it), and nothing waits for
-    // worker 0's attention, which a busy fiber holds (a first version posted
-    // each request to the worker that made the stream: with worker 0 busy the
-    // reader waited for ever).
+    // worker 0's attention, which a busy fiber holds (were each request
+    // posted to the worker that made the stream, with worker 0 busy the
+    // reader would wait for ever).
     auto reader = rt.spawn([&] {
       got = drain(*stream, static_cast<unsigned>(round));
       stream.reset();
@@ -342,8 +342,7 @@ TEST_CASE("RecvStreams ended as their Runtime shuts down free their buffers", "[
   // the stream's state or mapping for ever (20 rounds: 80 MiB; LeakSanitizer
   // also names a leaked state under ASan). Worker::drain_ring closes the
   // narrowest of those windows (a cancellation posted in the last 200 us
-  // before the workers exit), which these rounds have not been seen to hit:
-  // with it taken out, 120 rounds in six runs still freed everything.
+  // before the workers exit), which these rounds rarely if ever hit.
   constexpr std::size_t kBuffer = 1 << 20;
   constexpr int kRounds = 20;
   auto round = [&](int i) {

@@ -106,8 +106,8 @@ double ms_since(Clock::time_point from, const std::atomic<Clock::rep>& to) {
 
 } // namespace
 
-// Without the rescue, C waited for A's whole run: 300 ms of 300 (checked by
-// taking the call out of Scheduler::tick). With it, about a slice and a half.
+// Without the rescue, C would wait for A's whole run (300 ms). With it,
+// about a slice and a half.
 TEST_CASE("a fiber queued behind a runner without preemption points moves to a busy worker that switches",
           "[rescue]") {
   constexpr auto kRun = 300ms;
@@ -159,9 +159,8 @@ Outcome spawned_behind_stuck_runner(const Options& o, unsigned busy_pu, Cookie b
 
 // A spawns C and then runs without a preemption point; B keeps worker 1
 // busy, so no worker is idle. C waits on worker 0's spawn ring, which the
-// rescue drains. Before spawns went on the ring, a spawn while nobody was
-// idle went to the worker's private queue, which only that worker can reach:
-// C waited A's whole run (300.0 ms of 300, three runs).
+// rescue drains. A spawn kept on the worker's private queue, which only that
+// worker can reach, would wait A's whole run.
 TEST_CASE("a fiber spawned by a runner that then reaches no preemption point moves to a busy worker that switches",
           "[rescue]") {
   const Outcome r = spawned_behind_stuck_runner(without_stall_reports("core:2 pu:1"), 1, Cookie{}, 0, Cookie{}, 0ms);
@@ -194,14 +193,14 @@ TEST_CASE("a pinned fiber queued behind a runner without preemption points stays
   CHECK(r.waited_ms >= 100.0);
 }
 
-// The case a global "is anyone idle" check got wrong. On core 0, A's runner
+// The case a global "is anyone idle" check gets wrong. On core 0, A's runner
 // spins without a preemption point on PU 0, and PU 1 is idle; core 1 runs B
 // fibers with preemption points on both PUs. C, of cookie B, is woken by the
 // runner: no idle PU can run B (core 0 runs A), so it waits on the waker's
 // worker, behind the runner. PU 1 counts as idle but cannot take it (not while
 // A runs beside it), and no worker of another core is idle to steal it.
-// Gated on Scheduler::idle_hint(), the rescue stood aside and C waited the
-// whole 300 ms (seen: 300 ms of 300, three runs).
+// Gated on Scheduler::idle_hint(), the rescue would stand aside and C wait
+// the whole 300 ms.
 TEST_CASE("a fiber queued behind a stuck runner beside an idle sibling that cannot run it moves to another core",
           "[rescue]") {
   constexpr auto kRun = 300ms;
@@ -243,8 +242,8 @@ TEST_CASE("a fiber queued behind a stuck runner beside an idle sibling that cann
 // fibers with preemption points on both PUs. C, of cookie B, last ran on PU 1
 // and is woken from a plain thread, so it is queued there, waiting for core
 // 0's change of cookie at the runner's next switch. The rescue takes it off
-// the forced-idle sibling's queue to core 1. Before it looked only at the
-// runner's own queue, C waited the whole 300 ms.
+// the forced-idle sibling's queue to core 1. Looking only at the runner's
+// own queue, it would leave C waiting the whole 300 ms.
 TEST_CASE("a fiber of another cookie queued on a forced-idle sibling of a stuck runner moves to another core",
           "[rescue]") {
   constexpr auto kRun = 300ms;
@@ -253,9 +252,8 @@ TEST_CASE("a fiber of another cookie queued on a forced-idle sibling of a stuck 
   BusyCore1 busy(rt, b);
   // C parks on PU 1. PU 0 shares core 0's queue, so while it idles it may
   // take C first: a fiber of B pinned there spins without a preemption point
-  // until C has parked (in CI under ASan, with PU 0 idle, C parked elsewhere
-  // in all of 50 tries; the failure did not say where, and an idle PU 0 is
-  // the likely taker). Where C parks is still up to the runtime (a thief on
+  // until C has parked (with PU 0 idle, under ASan C parks elsewhere, most
+  // likely taken by PU 0). Where C parks is still up to the runtime (a thief on
   // core 1 may take it), so the set-up is tried until it parks on PU 1.
   Semaphore go;
   std::atomic<unsigned> parked_on{~0u}, ran_on{~0u};

@@ -181,8 +181,8 @@ TEST_CASE("a fiber that reaches preemption points is not reported as a stall", "
 #include "fiber/stack_pool.hpp"
 
 // A fiber's entry frame never returns, so its redzone marks outlive it. If a
-// freed stack kept them, the next mapping at that address (an io_uring ring, in
-// the CI run that found this) read as a stack-buffer-underflow.
+// freed stack kept them, the next mapping at that address (an io_uring ring,
+// say) would read as a stack-buffer-underflow.
 TEST_CASE("a freed fiber stack leaves no ASan redzones behind", "[safety][asan]") {
   const detail::Stack s = detail::allocate_stack(64 * 1024);
   char* frame = static_cast<char*>(s.top()) - 4096;

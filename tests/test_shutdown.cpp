@@ -129,10 +129,9 @@ TEST_CASE("a fiber spawning in a loop cannot hold shutdown", "[shutdown]") {
 TEST_CASE("I/O begun after the worker cancelled its in-flight I/O for shutdown ends too",
           "[shutdown][io]") {
   // A worker cancels its in-flight I/O once, when it first sees the runtime
-  // stopping. A fiber that reached its read or timer only after that pass
-  // (one slow to get there: the 2x2 SMT guest hung here 2 times in 3, every
-  // worker asleep in its ring and shutdown waiting for that fiber) waited for
-  // ever. One worker, so that the order is certain: `early` has a read in
+  // stopping. A fiber that reaches its read or timer only after that pass
+  // must still be cancelled, or shutdown waits for it for ever, every worker
+  // asleep in its ring. One worker, so that the order is certain: `early` has a read in
   // flight; `late` holds the worker until shutdown has begun, yields (the
   // worker's scheduling point cancels `early`'s read), then begins its own.
   const bool ok = finishes_in_child([] {
@@ -169,14 +168,13 @@ TEST_CASE("I/O begun after the worker cancelled its in-flight I/O for shutdown e
 
 TEST_CASE("shutdown ends the timers of a runtime made after another in the same process",
           "[shutdown][io]") {
-  // Shutdown used to cancel a worker's I/O with one IORING_ASYNC_CANCEL_ANY.
-  // Linux 6.1 does not initialise a timer request's cancel sequence, and a
-  // request recycled from the previous runtime's (cancelled) one may carry
-  // the sequence of this ring's first ANY cancellation, which then skips it:
-  // fibers in a 1 h sleep outlived shutdown in the SMT guest (kernel 6.1), 2 of
-  // 3 tries of the guarantee test that shuts down while fibers wait. Kernels
-  // that initialise the sequence (the development machine's 6.18) pass either
-  // way; the vm tests run this one on 6.1.
+  // Shutdown cancels a worker's I/O one operation at a time, not with one
+  // IORING_ASYNC_CANCEL_ANY. Linux 6.1 does not initialise a timer request's
+  // cancel sequence, and a request recycled from the previous runtime's
+  // (cancelled) one may carry the sequence of this ring's first ANY
+  // cancellation, which then skips it: fibers in a long sleep would outlive
+  // shutdown. Kernels that initialise the sequence pass either way; the vm
+  // tests run this one on 6.1.
   const bool ok = finishes_in_child([] {
     for (int round = 0; round < 6; ++round) {
       std::atomic<int> cancelled{0};
@@ -198,8 +196,8 @@ TEST_CASE("shutdown ends the timers of a runtime made after another in the same 
 }
 
 TEST_CASE("a core with more than 8 PUs loses no wake-up and shuts down", "[wakeup]") {
-  // 16 PUs on one core: a wake-up list of 8 dropped the rest, and the
-  // runtime never finished shutting down.
+  // 16 PUs on one core: a wake-up list of 8 would drop the rest, and the
+  // runtime would never finish shutting down.
   CHECK(finishes_in_child(
       [] {
         Runtime rt(topo("core:1 pu:16"));

@@ -124,9 +124,7 @@ TEST_CASE("a fiber spawned and joined at once runs inline though another worker 
   // The child waits on the spawn ring, not on the private queue, and the
   // joiner takes it back from there (SpawnRing::take_if_oldest) to run it on
   // its own stack. A fiber pinned to worker 1 sleeps 20 us at a time, so that
-  // worker keeps waking up and spinning as a thief between its runs. (Not a
-  // regression test: a thief's grace for the newest spawn, tried too, made no
-  // difference here, 1995-2000 of 2000 either way, nor to spawn_join.)
+  // worker keeps waking up and spinning as a thief between its runs.
   // Up to three tries: under ThreadSanitizer the spawn's path to the join
   // grows while the thief's polling (mostly uninstrumented) does not, so a
   // try may lose more children to it; children hidden from the joiner lose

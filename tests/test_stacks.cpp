@@ -61,12 +61,12 @@ TEST_CASE("a child joined at once gets the stack size it asked for", "[stack]") 
   CHECK(h.join() == 3);
 }
 
-// An inline join compared the child's ask with the joiner's whole stack, not
-// with what the joiner's frames had left. A 64 KiB joiner holding 40 KiB ran a
-// 64 KiB child needing 40 KiB inline below it and overflowed (every run, on
-// one PU); a chain of joiners holding 12 KiB each overflowed at its fifth
-// inline level. Each asks for the default and would fit on a stack of its own.
-// Without the fix the process aborts (stack overflow).
+// An inline join compares the child's ask with what the joiner's frames have
+// left, not with the joiner's whole stack. Otherwise a 64 KiB joiner holding
+// 40 KiB would run a 64 KiB child needing 40 KiB inline below it and
+// overflow, and a chain of joiners holding 12 KiB each would overflow at its
+// fifth inline level; the process aborts (stack overflow). Each asks for the
+// default and would fit on a stack of its own.
 TEST_CASE("a child joined inline below a busy joiner still gets the stack it asked for", "[stack]") {
   Runtime rt(topo("core:1 pu:1"));
   const int pair = rt.spawn([] {
@@ -76,9 +76,9 @@ TEST_CASE("a child joined inline below a busy joiner still gets the stack it ask
   CHECK(rt.spawn([] { return chain(12); }).join() == 12);
 }
 
-// SIZE_MAX rounded up to whole pages wrapped to 0, and the first fiber wrote
-// its stack header into a guard page (SIGSEGV); 128 TiB could never be
-// mapped, and its fiber waited for a stack for ever, with its joiner.
+// SIZE_MAX rounded up to whole pages wraps to 0, and the first fiber would
+// write its stack header into a guard page (SIGSEGV); 128 TiB can never be
+// mapped, and its fiber would wait for a stack for ever, with its joiner.
 TEST_CASE("a stack size no fiber can have is refused at once", "[stack]") {
   Runtime rt(topo("core:1 pu:1"));
   for (std::size_t bad : {SIZE_MAX, SIZE_MAX - 4095, std::size_t{1} << 47, (std::size_t{1} << 30) + 1})

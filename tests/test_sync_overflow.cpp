@@ -11,8 +11,9 @@
 
 using namespace coresched;
 
-// Semaphore::release added past PTRDIFF_MAX (available() then read -2), and a
-// WaitGroup's overflowing add was refused as "would become negative".
+// Unchecked, Semaphore::release would add past PTRDIFF_MAX (available() then
+// reads -2), and a WaitGroup's overflowing add would be refused as "would
+// become negative".
 TEST_CASE("counts that would overflow are refused and left as they were", "[sync][overflow]") {
   Semaphore sem(PTRDIFF_MAX - 1);
   sem.release(1);

@@ -434,13 +434,13 @@ TEST_CASE("timed waits: saturating durations (hours::max, a double) wait as long
   auto b = rt.spawn([&] { ok += ev.wait_until(Clock::time_point::max()); });
   auto c = rt.spawn([&] { ok += ev.wait_for(std::chrono::duration<double>(1e300)); });
   auto d = rt.spawn([&] { ok += ev.wait_until(std::chrono::system_clock::now() + 1h); });
-  // Past INT64_MAX ns from now: these once reached the timer thread as a
-  // negative time and stopped it for good.
+  // Past INT64_MAX ns from now: unsaturated, these would reach the timer
+  // thread as a negative time and stop it for good.
   auto e = rt.spawn([&] { ok += ev.wait_for(std::chrono::nanoseconds::max()); });
   auto f = rt.spawn([&] { ok += ev.wait_for(std::chrono::years(400)); });
   auto g = rt.spawn([&] { ok += ev.wait_for(Clock::duration::max()); });
-  // Another clock's extreme time points: the difference to its now once
-  // overflowed, and max() timed out at once.
+  // Another clock's extreme time points: the difference to its now can
+  // overflow, and max() must not time out at once.
   using seconds_tp = std::chrono::time_point<std::chrono::system_clock, std::chrono::seconds>;
   auto h = rt.spawn([&] { ok += ev.wait_until(seconds_tp::max()); });
   auto i = rt.spawn([&] { ok += ev.wait_until(std::chrono::system_clock::time_point::max()); });

@@ -155,12 +155,12 @@ TEST_CASE("a forced-idle sibling ends the owner's turn on time while the ticker 
   // one always waits, forced idle. Its own timer asks the owner to stop when
   // the turn is due (a slice: the granularity each way), so the ticker has
   // nothing to do every quarter slice. With the sibling sleeping through the
-  // turn's end instead (no timer), the ticker's once-a-slice fallback ended
-  // turns late: 19-23 changes of cookie in 62.5 slices, against 60-61 with
-  // it, and 43-52 beside a CPU hog (ctest -j2 runs another test beside it, so
-  // the bound leaves room for that). Under ASan alone it reads 55-61, but one
-  // CI run read 30: a stall of the VM can take a window's turns. So it takes
-  // the best of up to three windows; the mutation above fails all three.
+  // turn's end instead (no timer), the ticker's once-a-slice fallback would
+  // end turns late: 19-23 changes of cookie in 62.5 slices, against 60-61
+  // with it, and 43-52 beside a CPU hog (ctest -j2 runs another test beside
+  // it, so the bound leaves room for that). Under ASan alone it reads 55-61,
+  // but a stall of the VM can take a window's turns. So it takes the best of
+  // up to three windows; the mutation above fails all three.
   Window w{};
   for (int attempt = 0; attempt < 3; ++attempt) {
     w = measure_busy_pair("core:1 pu:2", true, 500ms);
@@ -183,7 +183,7 @@ TEST_CASE("a cookie arriving beside a core busy with another gets it within a fe
   // 16 arrivals read a median of 0.7-1.4 slices and a worst of 1.8-4.1 (the
   // same without the fine-period request: this checks the promise, the
   // simulation checks the rule). With the ticker's slice-end request removed,
-  // B never started while A ran.
+  // B would never start while A runs.
   coresched::Options o = test_support::topo("core:1 pu:2");
   o.slice = 8ms;
   coresched::Runtime rt(o);
@@ -238,8 +238,8 @@ TEST_CASE("I/O in flight beside a runner does not keep the ticker at the quarter
   // completion waits, and the runner's next preemption point collects it, so
   // the ticker need not tick for it: once a slice, not every quarter (on this
   // VM each timer wake-up costs the busy CPUs tens of us; an I/O server is
-  // always busy with I/O in flight). Before, it stayed at the quarter slice:
-  // this read ~1.0 of the quarters. A property of the io_uring backend: epoll
+  // always busy with I/O in flight). Kept at the quarter slice, this would
+  // read ~1.0 of the quarters. A property of the io_uring backend: epoll
   // raises no flag, and the ticker is how a busy worker learns of events.
   coresched::Options o = test_support::topo("core:1 pu:1");
   o.slice = 8ms;
@@ -269,9 +269,9 @@ TEST_CASE("workers that switch between ticks with fibers queued let the ticker t
   // Two single-PU cores, four pinned fibers on each that burn ~10 us and
   // yield: fibers always wait in each queue, but every worker switches many
   // times between two ticks, so no runner has a slice end to flag and no
-  // worker idles with a backlog to share. Before, queued fibers alone kept
-  // the ticker at the quarter slice: a probe of this workload at the default
-  // 1 ms slice read 3,150 ticks a second, and 935 since.
+  // worker idles with a backlog to share. Queued fibers alone do not keep the
+  // ticker at the quarter slice: at the default 1 ms slice this workload
+  // draws 935 ticks a second, not 3,150.
   coresched::Options o = test_support::topo("core:2 pu:1");
   o.slice = 8ms;
   coresched::Runtime rt(o);

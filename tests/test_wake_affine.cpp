@@ -69,7 +69,7 @@ int wakes_on_wakers_worker(Options o, int rounds, int run_on_us = 0) {
 
 TEST_CASE("a fiber woken by a fiber of its cookie that then blocks runs on the waker's worker", "[affine]") {
   // Without wake-affine placement B goes back to its own idle worker, or to
-  // whichever is idle: 79 and 96 of 200 matched in two runs.
+  // whichever is idle: about half of 200 match.
   constexpr int kRounds = 200;
   const int same = wakes_on_wakers_worker(topo("core:2 pu:1"), kRounds);
   INFO("B ran on its waker's worker " << same << " of " << kRounds << " times");
@@ -81,11 +81,11 @@ TEST_CASE("Options::wake_affine = false and CORESCHED_WAKE_AFFINE=0 turn wake-af
   Options o = topo("core:2 pu:1");
   o.wake_affine = false;
   // A runs on for 1 ms after each wake-up, so its worker is busy while B is
-  // placed and woken: B then runs where it was placed. (When A blocked at
-  // once, its worker, going idle, often stole B from the other one, whose
-  // vCPU was still waking up: 109-200 of 200 with the option off, in runs
-  // on a busy host.) Measured: 0-32 of 200 with the option honoured, 115-191
-  // with the check in affine_worker removed (B waits on A's worker and runs
+  // placed and woken: B then runs where it was placed. (When A blocks at
+  // once, its worker, going idle, often steals B from the other one, whose
+  // vCPU is still waking up, with the option off too.) B runs on A's worker
+  // 0-32 of 200 times with the option honoured, 115-191 with the check in
+  // affine_worker removed (B waits on A's worker and runs
   // there when A reaches a preemption point, unless a thief takes it first).
   // Up to three tries: a vCPU slow to wake lets A's worker go idle and steal
   // B now and then; the missing check reads high in every try.
@@ -108,7 +108,7 @@ TEST_CASE("Options::wake_affine = false and CORESCHED_WAKE_AFFINE=0 turn wake-af
 TEST_CASE("a waker that runs on without a preemption point does not keep the fiber it woke waiting", "[affine]") {
   // B waits on A's worker while A spins 60 ms with no preemption point and the
   // other worker sleeps. The slice tick's backlog rule wakes that worker to
-  // steal B: it started 60 ms late without that rule.
+  // steal B: without that rule it would start 60 ms late.
   // Up to three tries (one sample each; a stall of the host can take one):
   // without the rule B starts 60 ms late in every one.
   auto one_try = [] {

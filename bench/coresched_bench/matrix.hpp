@@ -222,8 +222,8 @@ struct Way {
 
 /// Runs every way's configurations `runs` times, interleaved: for each
 /// configuration, run 1 of every way, then run 2 of every way, and so on. A
-/// machine whose speed drifts (an emulated guest on a busy host read the same
-/// loop 2x apart in phases a minute apart) then slows every way alike, and a
+/// machine whose speed drifts (an emulated guest on a busy host can read the
+/// same loop 2x apart in phases a minute apart) then slows every way alike, and a
 /// ratio between ways compares runs made seconds apart. Returns one list of
 /// rows per way, in the order given. After an interrupt (interrupted()) it
 /// starts no further run and leaves out the run it cut short, and the rows

@@ -34,8 +34,8 @@ ComputeResult compute(const GemmInputs& in, Clock::time_point deadline) {
   PageMatrix c;
   ComputeResult r;
   do {
-    // A preemption point every quarter of a GEMM: a whole one took 4-5 ms
-    // in the emulated SMT guest, and a request waited that long for the core.
+    // A preemption point every quarter of a GEMM: a whole one takes 4-5 ms
+    // in the emulated SMT guest, and a request would wait that long for the core.
     for (std::size_t row = 0; row < gemm_n; row += gemm_n / 4) {
       gemm64_rows(in.a.data(), in.b.data(), c.data(), row, row + gemm_n / 4);
       this_fiber::preempt_point();

@@ -17,9 +17,9 @@ inline constexpr std::size_t gemm_n = 64;
 /// zeroed. Where a, b and c sit relative to each other in the low 12 address
 /// bits decides whether the stores to c are taken for dependencies of the
 /// loads of b (4K aliasing), so it must not depend on the heap. In
-/// std::vectors they fell where each build's allocations put them, and
-/// GEMM/s read 63-65 k in one build and 69-83 k in another whose runtime and
-/// tenants code were the same (docs/performance.md, "Tenants' GEMM figure").
+/// std::vectors they would fall where each build's allocations put them, and
+/// GEMM/s could read 63-65 k in one build and 69-83 k in another of the same
+/// code (docs/performance.md, "Tenants' GEMM figure").
 class PageMatrix {
 public:
   static constexpr std::size_t bytes = gemm_n * gemm_n * sizeof(float);

@@ -11,8 +11,8 @@
 //   each, the sleeper of cookie B: its wake-up must also take the core from A.
 //
 // What ends the wait is the runner's next preemption point, which reads the
-// ring's IORING_SQ_TASKRUN flag (this_fiber::preempt_point); before session
-// 31 it was the slice ticker's next tick (a quarter slice).
+// ring's IORING_SQ_TASKRUN flag (this_fiber::preempt_point), not the slice
+// ticker's next tick (a quarter slice).
 #include "json_rounds.hpp"
 
 #include <coresched/coresched.hpp>

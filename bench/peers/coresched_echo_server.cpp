@@ -2,8 +2,8 @@
 // The coresched echo server: straight-line code, a fiber per connection, all
 // I/O through coresched::io (each worker's io_uring): one io::recv and one
 // io::send per message. --recv-stream receives through an io::RecvStream
-// instead (one standing multishot recv), for comparison: it measured no
-// faster here (docs/performance.md, "Echo with a multishot recv").
+// instead (one standing multishot recv), for comparison: it is no faster
+// here (docs/performance.md, "Echo with a multishot recv").
 //
 // Like the epoll server it has one SO_REUSEPORT listener per worker, with an
 // acceptor fiber pinned there, so the kernel spreads connections over the

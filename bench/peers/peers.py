@@ -30,7 +30,7 @@ PEERS = {  # name -> (display name, program in the bin dir, arguments after the 
     "go": ("Go", "peer-go", []),
     "threads": ("threads", "peer-threads", []),
     # wake and channel across two workers with Go's goroutines locked to threads
-    # the kernel may place on any CPU: the woken thread then ran on its waker's CPU in 35-54 % of wake-ups
+    # the kernel may place on any CPU: the woken thread then runs on its waker's CPU in 35-54 % of wake-ups
     # (peer.go, lockToCPU), so it is shown beside the pinned `Go` column.
     "go_unpinned": ("Go unpinned", "peer-go", ["-unpinned"]),
     # The same program on the epoll backend (where io_uring is forbidden).

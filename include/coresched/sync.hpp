@@ -394,7 +394,7 @@ private:
 /// A cache line of its own (64 bytes): tasks on every worker count it down,
 /// and the waiter's other stack variables must not share its line (1M
 /// detached spawns counting down a WaitGroup on the spawner's stack: the
-/// spawner's own writes beside it took 13 % of the workers' time).
+/// spawner's own writes beside it would take 13 % of the workers' time).
 class alignas(64) WaitGroup : public detail::TimedWaits<WaitGroup> {
 public:
   /// Creates a wait group with a count of zero.

@@ -15,8 +15,8 @@
 // Fairness. A call starts only within its cookie's turn on the core
 // (try_hold_locked); otherwise its fiber yields, and the core passes to the
 // cookie that leads once the calls in flight have returned. Without this, a
-// tenant whose fibers made short calls back to back kept the core held for
-// good, and a busy tenant beside it got none of it.
+// tenant whose fibers make short calls back to back would keep the core held
+// for good, and a busy tenant beside it would get none of it.
 #include "platform/call_threads.hpp"
 #include "sched/scheduler.hpp"
 #include "sched/worker.hpp"

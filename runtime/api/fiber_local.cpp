@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // FiberLocal's storage: a fiber's values are a vector indexed by key, made
 // at its first reset() and hung off its join record (which lives as long as
-// the fiber runs, and had room for one more pointer where the fiber record
-// had none). The fiber destroys them itself as its user code ends
+// the fiber runs, and has room for one more pointer where the fiber record
+// has none). The fiber destroys them itself as its user code ends
 // (Worker::run_to_completion), so every destructor runs under its cookie.
 #include "fiber/local_values.hpp"
 
@@ -30,7 +30,7 @@ std::atomic<std::size_t> next_key{0};
 // The running fiber's join record. tls_worker, not Worker::current(): no
 // switch can come between the read and the use here, and it keeps get() to
 // a dozen instructions (the out-of-line current() and the string of the
-// error path doubled them).
+// error path would double them).
 JoinRecord& calling_fiber(const char* what) {
   Worker* w = tls_worker;
   if (!w || !w->in_task()) [[unlikely]]

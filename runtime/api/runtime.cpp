@@ -29,8 +29,8 @@ Stats Runtime::stats() const { return sched_->stats(); }
 void Runtime::dump(std::FILE* out) const {
   if (!out) throw UsageError("coresched: Runtime::dump needs a stream to write to (got a null FILE*)");
   // From a fiber: on a thread of its own. The symbolizer (libdw) needs more
-  // stack than a fiber's default 64 KiB (an overflow in 8 of 10 dumps from a
-  // fiber); the worker waits meanwhile, as for any blocking call.
+  // stack than a fiber's default 64 KiB (most dumps from a fiber would
+  // overflow it); the worker waits meanwhile, as for any blocking call.
   if (detail::Worker::current()) {
     std::thread([&] { sched_->dump(out); }).join();
     return;

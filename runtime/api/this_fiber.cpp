@@ -35,7 +35,7 @@ void yield() { require_fiber("yield").yield(); }
 // Two reasons to stop: the worker's flag (a slice over, a rival cookie's
 // turn), or completions the kernel holds for this worker's ring, such as a
 // sleeping fiber's timer. Without the second a fiber woken by a completion
-// waited for the ticker to set the first, up to a quarter slice.
+// would wait for the ticker to set the first, up to a quarter slice.
 void preempt_point() noexcept {
   // Both words read and or-ed, one branch: fewer instructions than testing
   // them in turn (the instruction budget of this path is 14). The flag is

@@ -21,11 +21,9 @@ namespace coresched::detail {
 class AffineGrace {
 public:
   // Under ThreadSanitizer the waker's path from the wake-up to blocking runs
-  // ~10x slower, and after a few heavy tests in one process it outlasted
-  // 5 us: the wake-affine test then read 13-69 of 200 wake-ups on the
-  // waker's worker (a thief took the fiber at the grace's end) where the
-  // plain build and TSan on a fresh process read 180-200. Scaled, the rule
-  // behaves in that build as it does in the others.
+  // ~10x slower and can outlast 5 us, and a thief would then take the fiber
+  // at the grace's end. Scaled, the rule behaves in that build as it does in
+  // the others.
 #if defined(__SANITIZE_THREAD__)
   static constexpr std::uint64_t kGraceNs = 50'000;
 #else

@@ -114,7 +114,7 @@ Pick CoreCoordinator::requeue_and_pick_locked(unsigned s, Fiber* f, Requeue how,
   }
   // One PU: `f` went on the queue and one fiber comes off it, so the count
   // ends where it began. Neither locked add is needed (a yield between
-  // fibers of one worker took 15 % longer with them).
+  // fibers of one worker takes 15 % longer with them).
   me.preempt.store(false, std::memory_order_relaxed);
   return pick_single_pu(s, false);
 }
@@ -147,10 +147,10 @@ bool CoreCoordinator::enqueue_locked(unsigned s, Fiber* f, WakeList& wakes, Arri
   // A fiber woken by a completion that the runner itself collected as it
   // started (Arrival::collected) asks only at the next tick, as CFS's
   // wake-up granularity spares a task that has just started. Otherwise a
-  // runner beside two fibers that ping-pong through pipes was switched in,
-  // collected their completions at its first preemption point, and was
-  // switched out again, twice per round trip: it did 5 % of its work alone
-  // while charged 77 % of the CPU.
+  // runner beside two fibers that ping-pong through pipes would be switched
+  // in, collect their completions at its first preemption point, and be
+  // switched out again, twice per round trip: a small part of its work done
+  // alone for most of the CPU charged to it.
   if ((why == Arrival::woken || why == Arrival::collected) && vtime::before(f->vtime, floor)) {
     const std::uint64_t running = target.running.load(std::memory_order_relaxed);
     if (running != kNoCookie && (single_pu_ || running == f->cookie)) {
@@ -171,8 +171,8 @@ bool CoreCoordinator::enqueue_locked(unsigned s, Fiber* f, WakeList& wakes, Arri
   }
   // Waiting behind another cookie with no forced-idle sibling to time its
   // turn's end: while the ticker ticks once a slice, a runner that switched
-  // just before its tick was asked only two slices later, past the arrival
-  // bound the simulation checks (tests/sim: 2.04-2.09 ms against 2).
+  // just before its tick would be asked only two slices later, past the
+  // arrival bound the simulation checks (tests/sim).
   const std::uint64_t owner = published_owner();
   return !single_pu_ && owner != kNoCookie && owner != f->cookie && forced_idle_count() == 0;
 }
@@ -355,10 +355,9 @@ std::uint64_t CoreCoordinator::holders(std::uint64_t cookie, unsigned except) co
 // Every sibling that holds a cookie's fibers gets to run one in its turns.
 // A light cookie's turn is the least turn (62.5 us at the default), shorter
 // than a sibling's wake-up on a VM, or than the wait for a CPU that synthetic
-// siblings share with a busy one. The sibling that began each turn ran the
-// cookie's fibers it held, the turn ended before the woken one ran, and the
-// fibers pinned there never ran (weights 25 and 2,500 on core:1 pu:4: 0-1
-// stretches of 20 us in 3 s against 740-1,360 of its sibling fiber's;
+// siblings share with a busy one. Otherwise the sibling that begins each turn
+// runs the cookie's fibers it holds, the turn ends before the woken one runs,
+// and the fibers pinned there never run (weights 25 and 2,500 on core:1 pu:4,
 // test_weights.cpp). So a turn's end records the siblings that held the
 // cookie's fibers through it and started none (`missed`, set_owner), and the
 // next turn begins on one of them: on this sibling if it missed it, else on
@@ -404,9 +403,9 @@ bool CoreCoordinator::remove_unstarted_locked(unsigned s, Fiber* f, const JoinRe
 }
 
 unsigned CoreCoordinator::steal_locked(std::uint64_t cookie, bool any, Fiber** out, unsigned max) {
-  // Half, as Go's runqsteal takes: one fiber per steal left a thief paying two
-  // locks for every empty fiber that a spawner queued (1M spawns: the queue
-  // grew faster than one thief drained it).
+  // Half, as Go's runqsteal takes: one fiber per steal would leave a thief
+  // paying two locks for every empty fiber that a spawner queued (with 1M
+  // spawns the queue grows faster than one thief drains it).
   // The spawn ring's fibers join the queue first, so a thief that may take
   // only one cookie finds those of its cookie too (the lock-free steal from
   // the ring is for thieves that may take any).
@@ -456,8 +455,8 @@ bool CoreCoordinator::change_running_cookie_locked(unsigned s, std::uint64_t coo
     // The fiber brings its new cookie to the core without queueing it, so
     // count_queued never sees it arrive: place it here, or a vruntime left
     // from a visit long ago is credit against every cookie that ran since
-    // (found by the simulation: set_cookie into a cookie that had been away
-    // for seconds starved the fiber's old cookie while the new one ran). It
+    // (set_cookie into a cookie that had been away for seconds would starve
+    // the fiber's old cookie while the new one runs). It
     // carries on from the old cookie's place (place: no sleeper credit). A
     // cookie with fibers queued here is on the books already.
     CookieEntry& e = entry(cookie);
@@ -483,9 +482,8 @@ void CoreCoordinator::forget_idle_owner() {
   // yet. Keep the owner, or the woken sibling chooses afresh, without the
   // hysteresis of a current owner: the owner just charged for the wake-up
   // is no longer lowest, the core goes to a cookie pinned back here, this
-  // sibling is woken to hand over again, and so on. Found by the simulation
-  // (tests/sim/, many cookies, some pinned): two siblings woke each other
-  // for ever and no fiber ran.
+  // sibling is woken to hand over again, and so on: two siblings wake each
+  // other for ever and no fiber runs (tests/sim/, many cookies, some pinned).
   for (auto& e : cookies_)
     if (e.cookie == owner_ && e.runnable > 0) return;
   checkpoint(cfg_.clock());

@@ -41,8 +41,8 @@ inline constexpr std::size_t kMaxPusPerCore = 64;
 /// Sleeping siblings to wake once the core lock is released. Every list holds
 /// siblings of one core, each at most once (a sibling is added only as its
 /// `sleeping` flag is cleared), so it never needs more than kMaxPusPerCore
-/// entries: none is ever dropped. (It once held 8 and silently lost the rest:
-/// a 16-PU core lost wake-ups and hung at shutdown.)
+/// entries: none is ever dropped. (With fewer entries a 16-PU core would lose
+/// wake-ups and hang at shutdown.)
 class WakeList {
 public:
   void add(Sibling* s) noexcept { sleepers_[n_++] = s; }

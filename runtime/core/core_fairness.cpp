@@ -13,17 +13,17 @@
 // owns, each competing cookie is owed span x w / W of it (W: the competing
 // cookies' total weight) and the owner pays the span; relative to the owner,
 // who stays at 0, a waiter gains span x (W + w - w_owner) / W (wait_rate()).
-// (Gaining span x w / 100 instead starved a light cookie beside two heavy
-// ones that took turns: each hand-over between them cost it more than it
-// gained.) With equal weights both are what they were: wall time. So where
+// (Gaining span x w / 100 instead would starve a light cookie beside two
+// heavy ones that take turns: each hand-over between them would cost it more
+// than it gains.) With equal weights both are plain wall time. So where
 // cookies compete, each owns the core in proportion to its weight.
 // And the hysteresis is the heaviest competing cookie's granularity
 // (hysteresis()): between busy rivals a cookie's turn lasts 2g x w / w_max of
 // wall time (g: the granularity; at least the least turn, g / 8), so the
 // heaviest's turn is 2g, as every cookie's is with equal weights, and a
 // lighter one's is shorter, not its waits longer. A hysteresis of g for
-// every cookie gave a cookie of weight 80 beside ones of 3,800 turns whose
-// lead the heavy ones then took 250 ms to make up. docs/design.md
+// every cookie would give a cookie of weight 80 beside ones of 3,800 turns
+// whose lead the heavy ones then take 250 ms to make up. docs/design.md
 // ("Weights") derives the bounds.
 #include "core/core_coordinator.hpp"
 
@@ -49,24 +49,23 @@ std::uint64_t scale(std::uint64_t ns, std::uint32_t mul, std::uint32_t div) noex
 // A cookie coming (back) to the core is placed at the floor, as CFS places a
 // waking task: old history neither starves it nor lets it starve others.
 //
-// The floor must be today's. While one cookie runs alone no pick reads the
+// The floor must be current. While one cookie runs alone no pick reads the
 // clock (choose_cookie's single-candidate shortcut, and a same-cookie start),
 // so the owner's vruntime and min_vruntime_ are as old as the last
 // checkpoint: seconds, after a long solo run. A newcomer placed at that stale
-// floor was as far behind the owner as the solo run was long, and the owner
-// then got none of the core for as long (cookie A alone for T, then B: A
-// starved for T). So an arrival beside an owner first brings the books up to
-// date: one clock read, on this rare path only; a single cookie's yields,
-// wake-ups and picks still read none. The kernel fixed the same class of bug
-// in c6047c2e3af6 ("sched/fair: Snapshot the min_vruntime of CPUs on force
-// idle"). Without an owner the books are current: prepare_sleep_locked
+// floor would be as far behind the owner as the solo run was long, and the
+// owner would then get none of the core for as long (cookie A alone for T,
+// then B: A starved for T). So an arrival beside an owner first brings the
+// books up to date: one clock read, on this rare path only; a single
+// cookie's yields, wake-ups and picks still read none. The kernel handles the
+// same class of bug in c6047c2e3af6 ("sched/fair: Snapshot the min_vruntime
+// of CPUs on force idle"). Without an owner the books are current: prepare_sleep_locked
 // checkpointed when the core went idle, and nothing accrues without one.
 //
 // forceidle_balance: the checkpoint also ends the span the other runnable
 // cookies waited so far, so the newcomer's `waited` (0: level with the owner)
-// counts from its arrival exactly. (A `fresh` flag used to skip its first,
-// stale span instead, which also dropped the wait between its arrival and the
-// next checkpoint.)
+// counts from its arrival exactly. (Skipping its first, stale span instead
+// would also drop the wait between its arrival and the next checkpoint.)
 void CoreCoordinator::arrive(CookieEntry& e) {
   if (owner_ != kNoCookie) checkpoint(cfg_.clock());
   place(e);
@@ -79,12 +78,10 @@ void CoreCoordinator::arrive(CookieEntry& e) {
 // latency behind min_vruntime, but never further below the floor than its
 // own vruntime was: the lead is what it is owed, capped. It then leads the
 // owner by more than choose_cookie's hysteresis and takes the core at the
-// next pick. Placed level with the owner instead, a
-// cookie that runs briefly and sleeps (a request tenant beside a compute
-// tenant) waited out the hysteresis at every wake-up: in the simulation
-// (sleeper_share) it got a median 0.34 of what it asked for, up to half the
-// core, and a real one sleeping 100 us between 100 us bursts beside yielding
-// owners got ~8 % of the core where it asked for half. The credit cannot
+// next pick. Placed level with the owner instead, a cookie that runs briefly
+// and sleeps (a request tenant beside a compute tenant) would wait out the
+// hysteresis at every wake-up and get about a third of what it asks for (the
+// simulation's sleeper_share). The credit cannot
 // add up: it is measured from the floor, which every runnable cookie is at
 // or above, and a cookie that runs moves up from it; so a cookie that sleeps
 // and wakes for ever leads the others by at most the credit. A cookie new to
@@ -95,24 +92,24 @@ void CoreCoordinator::arrive(CookieEntry& e) {
 //
 // forceidle_balance places it the same lead ahead of the owner (0), but
 // never ahead of a cookie already waiting: it joins the back of the line.
-// Placed ahead, a cookie whose fibers sleep and wake again and again jumped
-// ahead of a cookie that owed time (negative `waited`, after a long turn) at
-// every wake-up; both then gained the same until the newcomer owned the core,
-// and set_owner's rebase took back exactly what the debtor had gained: two
-// such rivals starved it for good (fuzzer seed 1161: 5 s without a run, its
-// `waited` stuck at -135 ms in the fiber dump). The lead is bounded by the
-// vruntime books here too (both policies keep them): `waited` forgets what a
-// cookie ran, so a full credit at every wake-up let one that runs 1.4 ms and
-// sleeps 65 µs own 93 % of the core beside a busy one (in the simulation).
+// Placed ahead, a cookie whose fibers sleep and wake again and again would
+// jump ahead of a cookie that owes time (negative `waited`, after a long
+// turn) at every wake-up; both would then gain the same until the newcomer
+// owned the core, and set_owner's rebase would take back exactly what the
+// debtor had gained: two such rivals would starve it for good. The lead is
+// bounded by the vruntime books here too (both policies keep them): `waited`
+// forgets what a cookie ran, so a full credit at every wake-up would let one
+// that runs 1.4 ms and sleeps 65 µs own 93 % of the core beside a busy one
+// (in the simulation).
 //
 // `carried`: set_cookie, whose fiber carries on under the new cookie
 // (change_running_cookie_locked, before the change of owner). That is no
 // wake-up, so no credit: the new cookie is placed no lower than the owner it
-// replaces, which keeps the running fiber's place. With the credit (or at the floor), a fiber that
-// called set_cookie back and forth took a lead at every call and kept a
-// busy cookie off the core for good (its share 0.000 under
+// replaces, which keeps the running fiber's place. With the credit (or at
+// the floor), a fiber that calls set_cookie back and forth would take a lead
+// at every call and keep a busy cookie off the core for good (under
 // forceidle_balance, and under either policy with 40 cookies, which entry()
-// forgets and which so came back at the floor, below the waiting cookie).
+// forgets and which so come back at the floor, below the waiting cookie).
 //
 // Weighted, the credit is at most twice the pair's hysteresis against the
 // owner (hysteresis()), in each book's units, so that a returning cookie
@@ -201,11 +198,11 @@ void CoreCoordinator::checkpoint(std::uint64_t now) {
 // cookie), in both books. A cookie's lead is a wait for the others at their
 // rate, so leads taken under the old weights could outlast the new bound:
 // scaled to keep their wall time (x old / new, as the kernel's
-// reweight_entity scales vlag), a cookie made ten times lighter waited ten
-// times its old lead, without the core for longer than the bound of either
-// weighting (the simulation's weight_changes); and made 1,000 times lighter,
-// one owed 0.1 ms went below zero, wrapped to the top and never ran again
-// (coresched-fuzz, set_weight).
+// reweight_entity scales vlag), a cookie made ten times lighter would wait
+// ten times its old lead, without the core for longer than the bound of
+// either weighting (the simulation's weight_changes); and made 1,000 times
+// lighter, one owed 0.1 ms would go below zero, wrap to the top and never
+// run again (coresched-fuzz, set_weight).
 void CoreCoordinator::refresh_weights() {
   weights_seen_ = weights_generation(); // before the reads: a change after it is seen next time
   bool changed = false;
@@ -242,17 +239,17 @@ void CoreCoordinator::update_min_vruntime() {
 // to run here) takes its lag with it, and the others settle it by weight.
 // While it competed, every other cookie's lag moved at a rate that counts its
 // weight in W, as if it would be paid (or pay back) later; it never is, since
-// place() gives it a new lag when it returns. Kept, that unpaid lag is a tax
-// on the others in proportion to how long each ran, not to its weight, and
-// it moved the busy cookies' shares towards equal: in the simulation a
-// cookie of sleepers (weighted_busy) gave a light busy cookie up to twice
-// its share over a window. So what the leaver earned while it competed
+// place() gives it a new lag when it returns. Kept, that unpaid lag would be
+// a tax on the others in proportion to how long each ran, not to its weight,
+// and would move the busy cookies' shares towards equal (in the simulation's
+// weighted_busy, a cookie of sleepers would give a light busy cookie up to
+// twice its share over a window). So what the leaver earned while it competed
 // (`earned`: owed less overrun, from place() on) is spread over the others in
 // proportion to their weights, as EEVDF moves its virtual time when an
 // entity with lag leaves. The lag place() gave it is not: it was nobody's
-// debt. (Settling its whole `waited` against the mean still gave a light
-// cookie a third over its share: the back-of-the-line placement then came
-// back as a debt charged by weight.) With equal weights nothing is booked.
+// debt. (Settling its whole `waited` against the mean would still give a
+// light cookie a third over its share: the back-of-the-line placement would
+// come back as a debt charged by weight.) With equal weights nothing is booked.
 // `next`: a cookie taken to own the core, counted as competing.
 void CoreCoordinator::settle_departure(CookieEntry& leaver, std::uint64_t next) {
   const std::int64_t lag = leaver.earned;
@@ -279,13 +276,13 @@ void CoreCoordinator::settle_departure(CookieEntry& leaver, std::uint64_t next) 
 // Weighted: the time from a change of owner to its first fiber's start (a
 // sibling's wake-up, tens of us on a VM) is booked to nobody: checkpoint()
 // charges the owner no vruntime for it and credits no waiter. Booked to the
-// owner, as it owns the core from the pick, it cost a cookie 100 / w per ns:
-// a cookie of weight 1 pinned to a sleeping sibling beside one of 1,000 was
-// charged its whole turn (a few us of wall time at that rate) while the
-// sibling woke, lost the core before its fiber started, and never ran
-// (test_weights.cpp). The span stays in owned_ns, the statistics: the core
-// was kept for it. With equal weights every hand-over costs each cookie
-// alike, and the books are as they were.
+// owner, as it owns the core from the pick, it would cost a cookie 100 / w
+// per ns: a cookie of weight 1 pinned to a sleeping sibling beside one of
+// 1,000 would be charged its whole turn (a few us of wall time at that rate)
+// while the sibling woke, lose the core before its fiber started, and never
+// run (test_weights.cpp). The span stays in owned_ns, the statistics: the
+// core was kept for it. With equal weights every hand-over costs each cookie
+// alike, and nothing is left out of the books.
 void CoreCoordinator::owner_started(std::uint64_t now) {
   if (weighted_ && now > owner_since_) checkpoint(now); // books nothing: owner_started_ is still false
   owner_started_ = true;
@@ -350,11 +347,11 @@ bool CoreCoordinator::choose_cookie(std::uint64_t running, std::uint64_t& out, s
   // sibling (`running`) runs the owner's work rather than go forced idle for
   // a cookie that leads. A cookie that wakes with the sleeper credit (place)
   // leads the owner at once; without a least turn, the siblings woken for the
-  // owner's new turn found it leading before they had looked, went forced
-  // idle, and the owner's one running fiber was all of it that ran. In the
-  // simulation's debtor_sleepers scenario (owner fibers with preemption
-  // points 5-10 ms apart, rivals sleeping 1 µs), a fiber of the owner then
-  // stayed queued for 100 ms. (A sibling with no owner fiber running beside
+  // owner's new turn would find it leading before they had looked, go forced
+  // idle, and the owner's one running fiber would be all of it that ran. In
+  // the simulation's debtor_sleepers scenario (owner fibers with preemption
+  // points 5-10 ms apart, rivals sleeping 1 µs), a fiber of the owner would
+  // then stay queued for 100 ms. (A sibling with no owner fiber running beside
   // it starts the leader at once: nobody is forced idle.)
   // A cookie that leads and waits out the least turn must not then wait for
   // the tick as well: the pick that keeps the owner asks its own sibling to
@@ -382,10 +379,10 @@ bool CoreCoordinator::choose_cookie(std::uint64_t running, std::uint64_t& out, s
 // heaviest cookie. So every pick that runs the owner while another cookie
 // waits also times the turn's end for its sibling: when the next cookie will
 // lead (`kept_until`, as for a kept owner). Left to the ticker, a cookie of
-// weight 96 beside one of 1,632 held the core a whole slice per turn, and
-// the heavy one then ran 17 slices to make it up: shares held over seconds
-// but not over windows of 200 slices. Timed by the hand-over's pick alone,
-// the owner's other siblings still ran to the tick.
+// weight 96 beside one of 1,632 would hold the core a whole slice per turn,
+// and the heavy one then run 17 slices to make it up: shares would hold over
+// seconds but not over windows of 200 slices. Timed by the hand-over's pick
+// alone, the owner's other siblings would still run to the tick.
 // The earliest of the waiting cookies, not the one preferred now: under
 // forceidle_balance a heavier waiter's lag grows faster and may lead first.
 void CoreCoordinator::time_weighted_turn(const CookieEntry& owner, std::uint64_t& kept_until) const noexcept {
@@ -456,31 +453,27 @@ std::int64_t CoreCoordinator::until_leads(const CookieEntry& a, const CookieEntr
 // fiber spawned) with the sleeper credit (place) leads the owner at once, but
 // the core's pick runs only when a sibling stops: an owner whose fibers reach
 // preemption points without yielding would keep the core until the slice
-// ticker flagged them (a slice without a switch), and the woken cookie waited
-// that out at every wake-up. So the owner is asked to stop now (request_stop:
+// ticker flagged them (a slice without a switch), and the woken cookie would
+// wait that out at every wake-up. So the owner is asked to stop now (request_stop:
 // the pick under the lock still decides). The pick keeps an owner whose turn
 // is younger than its least length (kMinTurnShift: an eighth of a
 // granularity, 62.5 µs at the default), so each turn a wake-up ends has
 // lasted that long: a waking cookie takes the core from a busy one at most
 // once per least turn plus its own burst, each time two hand-overs (there,
 // and back as its burst ends), each a sibling's wake-up, µs on bare metal and
-// tens of µs on a VM (in the simulation: three cookies waking
-// every 65-100 µs for 5-20 µs bursts caused 12,000-33,000 changes of cookie a
-// second, against 3,200 before, and got 10-36 % of the core, about what they
-// asked, against 1-5 %). In a younger turn the owner is asked all the same:
+// tens of µs on a VM (in the simulation, three cookies waking every
+// 65-100 µs for 5-20 µs bursts cause 12,000-33,000 changes of cookie a second
+// and get 10-36 % of the core, about what they ask). In a younger turn the
+// owner is asked all the same:
 // each pick that keeps it for the rest of its least turn asks its own sibling
 // to pick again at its first preemption point after that (choose_cookie's
 // `kept_until`, pick_locked), and that pick hands over. (Left to wait for
 // the tick instead, such a cookie would lose most of its share: its fibers'
 // preemption points collect the owner's timers, so a sleep shorter than the
-// least turn ends inside it, and the guarantee test's sleeper beside owner
-// fibers that never yield gets 0.09 of its work alone instead of 0.41.) In the simulation
-// (sleeper_share: a cookie that runs and sleeps 50-400 µs at a time beside a
-// busy one) the median share over what it asked was 0.85 with this (worst
-// 0.70-0.77, four seeds); 0.71-0.75 while young turns waited for the tick,
-// 0.43 with the credit alone, and 0.34 before either. (Measured before
-// choose_cookie kept young turns: a least turn of a granularity gave 0.45, a
-// quarter 0.65, an eighth 0.82.)
+// least turn ends inside it, as for the guarantee test's sleeper beside
+// owner fibers that never yield.) In the simulation (sleeper_share: a cookie
+// that runs and sleeps 50-400 µs at a time beside a busy one) the median
+// share over what it asks is 0.85 (worst 0.70-0.77, four seeds).
 void CoreCoordinator::preempt_owner_for(std::uint64_t cookie) {
   const CookieEntry* e = nullptr;
   const CookieEntry* own = nullptr;
@@ -496,11 +489,11 @@ void CoreCoordinator::preempt_owner_for(std::uint64_t cookie) {
   // leads once the owner has run the granularity longer, and the siblings
   // running the owner pick again at their first preemption point after that
   // (Sibling::repick_at, one clock read per point until then). Left to the
-  // slice ticker, the turn ended only when a runner had gone a whole slice
-  // without switching, and later when the ticker's thread, which shares the
-  // busy CPUs, woke late: arrivals of fresh cookies beside a busy owner
-  // waited 1.4-1.6 slices (p50) and 4.4-8 (p99) from spawn() to their first
-  // instruction (coresched-arrival-bench).
+  // slice ticker, the turn would end only when a runner had gone a whole
+  // slice without switching, and later when the ticker's thread, which shares
+  // the busy CPUs, woke late: arrivals of fresh cookies beside a busy owner
+  // would wait 1.4-1.6 slices (p50) and 4.4-8 (p99) from spawn() to their
+  // first instruction (coresched-arrival-bench).
   const std::uint64_t due = leads_at(*e, *own);
   for (auto& sp : siblings_) {
     if (sp->running.load(std::memory_order_relaxed) != owner_) continue;

@@ -9,9 +9,9 @@
 // stack, and every mapped stack is listed; its header names the fiber on it.
 // A fiber that never ran is in a run queue. The list of stacks is locked only
 // to copy the headers: a worker mapping a stack for a fiber's first run waits
-// for that lock, and while a dump symbolized and wrote under it each such
-// worker waited for a whole dump (a thread dumping every 0.5 ms stretched a
-// runtime's shutdown to seconds, and caused false stall reports).
+// for that lock, and if a dump symbolized and wrote under it each such worker
+// would wait for a whole dump (a thread dumping every 0.5 ms would stretch a
+// runtime's shutdown to seconds, and cause false stall reports).
 #include "platform/cookie_registry.hpp"
 #include "core/core_coordinator.hpp"
 #include "sched/scheduler.hpp"
@@ -63,9 +63,9 @@ std::string duration(std::uint64_t ns) {
 // may give the memory back to the system. So a record is never loaded from
 // directly. It is copied with process_vm_readv on this very process, a system
 // call that answers EFAULT for memory no longer mapped instead of faulting,
-// and that no sanitizer checks (ASan aborted on such a read of a recycled
-// record, every run). Where the call is refused (a seccomp filter), plain
-// unchecked loads, as before.
+// and that no sanitizer checks (ASan aborts on a plain read of a recycled
+// record). Where the call is refused (a seccomp filter), plain unchecked
+// loads.
 __attribute__((no_sanitize_thread, no_sanitize_address)) bool peek_bytes(void* to, const void* from,
                                                                         std::size_t n) noexcept {
   iovec local{to, n}, remote{const_cast<void*>(from), n};
@@ -202,10 +202,10 @@ private:
 };
 
 // The process's dumps share one symbolizer, taking turns (libdw is not
-// thread-safe). Made afresh for each dump, it read the ELF files and line
-// tables again every time: tens of ms of a CPU for a program with debug
-// information, and mapping and unmapping those files took the address-space
-// lock that a worker mapping a fiber's stack waits for. Never destroyed: a
+// thread-safe). Made afresh for each dump, it would read the ELF files and
+// line tables again every time: tens of ms of a CPU for a program with debug
+// information, and mapping and unmapping those files would take the
+// address-space lock that a worker mapping a fiber's stack waits for. Never destroyed: a
 // dump may run while the process exits.
 struct SharedSymbolizer {
   std::mutex mu;
@@ -221,7 +221,7 @@ SharedSymbolizer& shared_symbolizer() {
 // One word of another fiber's stack, by peek like the records: the bounds
 // come from the fiber's record (its stack base) and from registers its code
 // left, and a record recycled meanwhile gives a stale base (a null one
-// crashed the first version of this peek-less walk). 0 if unreadable, which
+// crashes a walk by plain loads). 0 if unreadable, which
 // ends the walk.
 std::uintptr_t word(const char* at) noexcept {
   std::uintptr_t w = 0;
@@ -230,8 +230,8 @@ std::uintptr_t word(const char* at) noexcept {
 
 // Whether [p, p + n) lies in [lo, hi), p 8-aligned. In integers: p may be
 // any value a register held (rbp in code without frame pointers), and
-// p + n on a pointer near the top of the address space wrapped to a small
-// one that passed "p + 16 > hi" (a SIGSEGV on rbp = -8).
+// p + n on a pointer near the top of the address space wraps to a small
+// one that passes "p + 16 > hi" (a SIGSEGV on rbp = -8).
 bool within(const char* p, std::size_t n, const char* lo, const char* hi) noexcept {
   const auto a = reinterpret_cast<std::uintptr_t>(p), l = reinterpret_cast<std::uintptr_t>(lo),
              h = reinterpret_cast<std::uintptr_t>(hi);

@@ -18,9 +18,8 @@
 //   bank unlimited credit), and no further ahead than `kMaxLead` (a fiber that
 //   ran far ahead elsewhere must not wait for ever here). If that puts it
 //   behind the floor, the fiber running on its PU is asked to stop at its next
-//   preemption point (check_preempt_wakeup): the latt seed's finding was that a
-//   woken client waited behind CPU-bound fibers and was then interleaved with
-//   them.
+//   preemption point (check_preempt_wakeup): otherwise a woken client (latt)
+//   waits behind CPU-bound fibers and is then interleaved with them.
 // - At the end of a slice the runner keeps the PU while it is less than
 //   `kGranularity` ahead of the next fiber (sched_min_granularity). Fibers
 //   woken together take first turns of at least that length; equal CPU-bound

@@ -40,14 +40,14 @@ extern std::atomic<int> fail_stack_allocations;
 /// left there (Worker::may_run_inline); the second half is that room, so a
 /// joiner that has used less than its own ask can still run an equal child
 /// inline. With the ask alone mapped, a joiner's frames and its inline
-/// children's added up and overflowed stacks that each fitted its own ask
-/// (40 KiB used by each of a 64 KiB joiner and child, every run on one
-/// PU). MAP_NORESERVE: a page that no frame reaches costs address
+/// children's would add up and overflow stacks that each fit its own ask
+/// (a 64 KiB joiner and child using 40 KiB each, on one PU). MAP_NORESERVE:
+/// a page that no frame reaches costs address
 /// space, not memory.
 inline constexpr std::size_t mapped_stack_bytes(std::size_t asked) noexcept { return 2 * asked; }
 /// The largest stack a fiber may ask for (Options and SpawnOptions::stack_size).
-/// Larger asks are refused: rounding SIZE_MAX up to pages wrapped to 0, and a
-/// size no mmap can ever give left the fiber waiting for a stack for ever.
+/// Larger asks are refused: rounding SIZE_MAX up to pages would wrap to 0, and
+/// a size no mmap can ever give would leave the fiber waiting for a stack for ever.
 inline constexpr std::size_t kMaxStackBytes = std::size_t{1} << 30;
 
 /// Allocates a stack with a PROT_NONE guard page below it. Throws std::bad_alloc.

@@ -104,8 +104,8 @@ Result run(const detail::WaitInfo& why, const OpOptions& o, const detail::IoRequ
 
 Result run_op(const detail::WaitInfo& why, const OpOptions& o, const detail::IoRequest& req) {
   detail::Worker& w = require_fiber(why.what);
-  // A second operation took the handle over, and cancel() then reached only
-  // it: the first ran to its timeout, or for ever. Checked before anything
+  // A second operation would take the handle over, and cancel() then reach
+  // only it: the first would run to its timeout, or for ever. Checked before anything
   // is started; two calls that start at the same instant on two workers can
   // still both pass.
   if (o.cancel && CancellationAccess::in_use(*o.cancel))
@@ -158,7 +158,7 @@ Result run(const char* what, const OpOptions& o, const detail::IoRequest& req) {
 unsigned transfer_len(std::size_t n) noexcept { return static_cast<unsigned>(std::min<std::size_t>(n, 0x7ffff000)); }
 
 // An iovec count: more than IOV_MAX fails in the kernel (EINVAL); cast to 32
-// bits, 2^32 + 1 vectors would have gone as one.
+// bits, 2^32 + 1 vectors would go as one.
 unsigned iov_count(std::size_t n) noexcept { return static_cast<unsigned>(std::min<std::size_t>(n, std::size_t{IOV_MAX} + 1)); }
 
 } // namespace

@@ -102,8 +102,8 @@ int open_buffers(Buffers& b, IoRing& ring, std::size_t size, unsigned n) {
   // The buffer ring must be page aligned: it starts the mapping, and the
   // buffers follow it from the next cache line, so that a small stream (the
   // ring and the buffers in one page) costs the kernel and the consumer one
-  // TLB entry per message, not two (measured: the first read of a cold ring
-  // page was half of next()'s samples in the echo server).
+  // TLB entry per message, not two (the first read of a cold ring page is
+  // half of next()'s samples in the echo server).
   const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   const std::size_t ring_bytes = (n * sizeof(io_uring_buf) + 63) / 64 * 64;
   b = {};

@@ -15,7 +15,7 @@
 namespace coresched::detail {
 
 namespace {
-// spdlog takes a name it does not know as "off", which silenced every warning.
+// spdlog takes a name it does not know as "off", which would silence every warning.
 bool known_level(const std::string& name, spdlog::level::level_enum& out) {
   out = spdlog::level::from_str(name);
   return out != spdlog::level::off || name == "off";

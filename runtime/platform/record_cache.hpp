@@ -9,7 +9,7 @@
 // Why not malloc alone: a fiber spawned on one worker often finishes on
 // another (stolen). glibc frees such a block into the spawner's arena under
 // that arena's lock, and the spawner's arena keeps growing: a million empty
-// spawns run by a second worker spent most of their time in page faults and in
+// spawns run by a second worker spend most of their time in page faults and in
 // futex waits on the arena lock. (mimalloc solves this too, but Debian's build
 // replaces malloc for the whole process when linked: not a library's call.)
 #pragma once
@@ -66,7 +66,7 @@ public:
   RecordCache& operator=(const RecordCache&) = delete;
 
   /// A block of the depot's size. Throws std::bad_alloc. Inline: every
-  /// spawn takes two, and the call cost more than the pop.
+  /// spawn takes two, and the call costs more than the pop.
   void* get() {
     if (!free_.head) [[unlikely]]
       return refill_and_get();

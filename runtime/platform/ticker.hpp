@@ -4,8 +4,8 @@
 //
 // Its period adapts, because on a virtual machine a timer wake-up is far from
 // free: each one costs ~40-60 us of CPU here (bench/micro, docs/performance.md
-// "The ticker's period"), so a tick every quarter slice took 8-15 % from two
-// CPU-bound workers that had nothing to share. So:
+// "The ticker's period"), so a tick every quarter slice would take 8-15 %
+// from two CPU-bound workers that have nothing to share. So:
 // - fine, every quarter slice, while something waits for a tick: fibers queued
 //   behind a busy worker, a forced-idle sibling, I/O in flight on a busy worker,
 //   and for a hold of kFineHold ticks after the last such sighting or poke()

@@ -102,8 +102,8 @@ namespace {
 // The PUs a synthetic description makes: the product of its arities (the
 // numbers after "type:" or alone; attributes in parentheses left out),
 // saturated. A bound is checked before hwloc sees it: hwloc's load grows
-// with the square of the objects ("core:100000 pu:100000" was still loading
-// after a minute, "core:2048 pu:2" took 14 s and started 4,096 workers).
+// with the square of the objects ("core:100000 pu:100000" would load for
+// minutes, "core:2048 pu:2" takes 14 s and starts 4,096 workers).
 std::uint64_t synthetic_pus(const std::string& spec) {
   std::string plain;
   int depth = 0;

@@ -25,7 +25,7 @@ std::size_t capacity_from_env() {
   const char* s = std::getenv("CORESCHED_TRACE_EVENTS");
   if (!s || !*s) return kDefaultCapacity;
   // At most 2^24 events a worker (a few hundred MiB of buffers): strtoull
-  // takes "-1" as 2^64 - 1, and such counts ended in std::length_error or
+  // takes "-1" as 2^64 - 1, and such counts would end in std::length_error or
   // std::bad_alloc at the buffers' reserve instead of this message.
   constexpr unsigned long long kMax = 1ULL << 24;
   char* end = nullptr;
@@ -40,7 +40,7 @@ std::size_t capacity_from_env() {
 std::string us(std::uint64_t ns) { return fmt::format("{}.{:03}", ns / 1000, ns % 1000); }
 
 // A JSON string's contents. Names refuse control characters at creation, but
-// a quote or a backslash in a name made the whole trace unreadable, and bytes
+// a quote or a backslash in a name would make the whole trace unreadable, and bytes
 // that are not UTF-8 make strict parsers (Python's json) refuse it too: they
 // become U+FFFD.
 std::string json_escape(std::string_view s) {

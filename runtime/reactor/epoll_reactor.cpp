@@ -108,7 +108,7 @@ void EpollReactor::init() {
   epoll_event out;
   have_pwait2_ = ::epoll_pwait2(epfd_, &out, 1, &zero, nullptr) >= 0;
   // An epoll wait's timeout gets the thread's timer slack (50 us by
-  // default), which made every sleep up to 50 us late; io_uring's timers
+  // default), which would make every sleep up to 50 us late; io_uring's timers
   // take none.
   ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
   inbox_ = std::make_shared<Inbox>();

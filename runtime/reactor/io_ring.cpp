@@ -235,8 +235,8 @@ void IoRing::queue_cancel(IoOp* op) {
 // IORING_ASYNC_CANCEL_ANY: Linux 6.1 never initialises a timeout request's
 // cancel sequence, so a request recycled from an earlier ring's cancelled one
 // can carry the sequence number of this ring's first ANY cancellation, which
-// then skips it as already seen. Two fibers in a 1 h sleep outlived shutdown
-// that way in the SMT guest (each new runtime's first cancel has sequence 1).
+// then skips it as already seen: a fiber in a long sleep would outlive
+// shutdown (each new runtime's first cancel has sequence 1).
 // A cancellation by user_data does not look at the sequence.
 void IoRing::cancel_all() {
   for (IoOp* op : inflight_ops_) queue_cancel(op);

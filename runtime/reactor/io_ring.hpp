@@ -99,9 +99,9 @@ private:
   // Buffer group ids start at 64. Linux 6.1 keeps groups 0-63 in an array
   // and, when one is unregistered, leaves its ring head where it was: a
   // ring registered again under that id starts at the old head, so the
-  // kernel takes buffers the consumer still holds or never gave (seen in
-  // the SMT guest's 6.1 kernel: every stream after a runtime's first read
-  // wrong bytes). Groups from 64 up are freed on unregistering and start
+  // kernel takes buffers the consumer still holds or never gave (every
+  // stream after a runtime's first would read wrong bytes). Groups from 64
+  // up are freed on unregistering and start
   // afresh. Later kernels reset the head either way.
   static constexpr int kFirstBgid = 64;
   int next_bgid_ = kFirstBgid;     // owner only: buffer group ids handed out

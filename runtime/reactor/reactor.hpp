@@ -214,9 +214,8 @@ protected:
 
 /// A worker's reactor, built in place inside the worker: the words its
 /// switch path reads (inflight(), deferring()) are then at a fixed offset
-/// from the worker, as they were when the worker embedded its io_uring.
-/// Through a pointer each costs a load more, and yield went over its
-/// instruction budget (bench/budget). Holds either backend.
+/// from the worker. Through a pointer each would cost a load more, and yield
+/// would go over its instruction budget (bench/budget). Holds either backend.
 class ReactorSlot {
 public:
   ReactorSlot() = default;

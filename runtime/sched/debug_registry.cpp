@@ -217,7 +217,7 @@ int parse_signal(const std::string& text) {
   char* end = nullptr;
   errno = 0;
   const long v = std::strtol(text.c_str(), &end, 10);
-  if (end && *end == '\0') return errno == ERANGE || v < 0 || v >= NSIG ? -1 : static_cast<int>(v); // 2^32 + 10 was 10
+  if (end && *end == '\0') return errno == ERANGE || v < 0 || v >= NSIG ? -1 : static_cast<int>(v); // checked before the cast: 2^32 + 10 is not 10
   std::string name = text.rfind("SIG", 0) == 0 ? text.substr(3) : text;
   for (int s = 1; s < NSIG; ++s)
     if (const char* abbrev = sigabbrev_np(s); abbrev && name == abbrev) return s;
@@ -239,8 +239,8 @@ int resolve_dump_signal(int option) {
   // itself (threads' cancellation and setxid): sigaction refuses them.
   if (sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP || (sig > SIGSYS && sig < SIGRTMIN))
     throw UsageError("coresched: " + from + " is not a signal that can be caught (use e.g. SIGUSR2)");
-  // A fault's handler must stay the fault's: taken for dumps, SIGSEGV lost
-  // the stack overflow report (the program died of a plain SIGSEGV), and a
+  // A fault's handler must stay the fault's: taken for dumps, SIGSEGV would
+  // lose the stack overflow report (the program would die of a plain SIGSEGV), and a
   // real fault would return into the faulting instruction.
   if (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE)
     throw UsageError("coresched: " + from + " is a fault signal; use a signal sent on purpose (e.g. SIGUSR2)");

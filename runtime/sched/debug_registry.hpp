@@ -7,8 +7,8 @@
 // Where it has no type information (a build without -g, a stripped program)
 // the extension takes the records' layout from `coresched_debug_layout`, a
 // table the compiler fills with this build's offsets and sizes: a layout
-// written into the extension by hand went stale as the records changed (on
-// a Release build no fiber showed as parked, and none had a backtrace).
+// written into the extension by hand goes stale as the records change (on
+// a Release build no fiber would show as parked, and none a backtrace).
 #pragma once
 
 #include <cstdint>

@@ -38,7 +38,7 @@ namespace coresched::detail {
 // Waiting is right only while fibers do finish. Once none of the runtime has
 // for kStackDeadlockNs, every fiber that could free a stack may be waiting for
 // this one (a join chain that alternates cookies, so that no child runs
-// inline, hung at ~32,700 fibers): the fiber then fails instead. It starts on
+// inline, hangs at ~32,700 fibers): the fiber then fails instead. It starts on
 // the runtime's reserve stack, where its callable is destroyed unrun, under
 // its own cookie like any fiber's user code, and its join throws StackError.
 namespace {
@@ -222,8 +222,8 @@ void Worker::fiber_loop() {
 // that run: it may run anywhere, so here is fine. The room is measured here,
 // on the joiner's stack (an inline child's `stack` is the one it borrowed),
 // less kInlineSlack for the frames between this one and the child's body.
-// Comparing the child's ask with the joiner's whole stack, as until session
-// 34, let a chain of inline joins overflow stacks that each fitted its ask.
+// Comparing the child's ask with the joiner's whole stack instead would let
+// a chain of inline joins overflow stacks that each fit its ask.
 namespace {
 // The stack pointer: one instruction, where __builtin_frame_address would
 // make the caller set up a frame pointer.
@@ -299,11 +299,11 @@ bool Worker::run_inline(Fiber* f, const JoinRecord* j) {
   // Not a switch for the slice tick (Scheduler::tick), which asks a worker to
   // yield once its switch count has stood still for a slice: an inline run is
   // a call, and no pick reconsiders the core's cookie or queue. Counted, it
-  // kept a joiner that spawns and joins between preemption points from ever
-  // being asked to stop: with every sibling of a core running such joiners
-  // of one cookie, a waiting cookie owned the core for 0 ms of 300 (every
-  // run), and fibers queued behind one waited as long (the rescue too
-  // reads the count). The child's own switches, if it blocks, are counted.
+  // would keep a joiner that spawns and joins between preemption points from
+  // ever being asked to stop: with every sibling of a core running such
+  // joiners of one cookie, a waiting cookie would never own the core, and
+  // fibers queued behind one would wait as long (the rescue too reads the
+  // count). The child's own switches, if it blocks, are counted.
   begin_run(f);
   run_to_completion(f, true);
   Worker* w = Worker::current(); // the child may have migrated, and the parent with it

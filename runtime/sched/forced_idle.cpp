@@ -122,21 +122,16 @@ bool Worker::sleep_until_turn_end(std::uint64_t& due) {
     core_.request_stop(books_.blocker());
     // Awake anyway: watch for the hand-over for at most one wake-up latency,
     // once per turn's end, then sleep. If it comes within that stretch the
-    // new cookie starts at once; if not, the spin cost no more than the
+    // new cookie starts at once; if not, the spin costs no more than the
     // wake-up that sleeping costs (rent or buy). An overdue turn keeps its due
     // time, so an owner that never stops costs one such stretch, not one per
     // look.
     // Not on real SMT siblings: there the spinning thread shares the core
     // with the owner it waits for, in the very turn the owner's cookie is
-    // paying for, and the kernel's forced-idle sibling halts instead. In the
-    // SMT guest (TCG, 1 core x 2 threads) the watch cut the owner's rate in
-    // `cpu tagged` from 658-661 to 557-558 events/s one day, 0.87 to
-    // 0.71-0.74 of Alone's per owned ms, while it cut the hand-over gap p50
-    // from 90 to 5.6 us; the next day, on another host under the emulator,
-    // it cost nothing measurable (586-641 against 581-631 events/s, five
-    // rounds). What it costs real SMT hardware the emulator cannot show, so
-    // this follows the kernel until such a machine measures it
-    // (docs/performance.md, "The watch at the turn's end on real siblings").
+    // paying for, and the kernel's forced-idle sibling halts instead. What
+    // the watch costs real SMT hardware an emulated SMT guest cannot show
+    // (docs/design.md, "The watch at the turn's end on real siblings"),
+    // so this follows the kernel.
     // On synthetic siblings, other CPUs, it costs the owner nothing.
     if (end == turn_end_spun_ || !sched_.watch_turn_end()) return false;
     turn_end_spun_ = end;

@@ -7,8 +7,8 @@
 // steals them (tick()'s backlog rule wakes one), but when every worker is busy
 // nobody steals: a busy worker that switches takes from its own queue (on an
 // SMT core from its sibling's only when its own is empty). A fiber queued
-// behind a 10 ms loop waited the whole 10 ms while the PU beside it took turns
-// among fibers of its own (20 of 20 trials).
+// behind a 10 ms loop would wait the whole 10 ms while the PU beside it takes
+// turns among fibers of its own.
 //
 // The kernel preempts such a runner with its timer interrupt, and Go's sysmon
 // preempts a goroutine that has run for 10 ms; a fiber cannot be preempted. So

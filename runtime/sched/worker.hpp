@@ -315,7 +315,7 @@ private:
   RecordCache records_;
   AffineGrace steal_grace_;
   // Written only by this worker, so a spawn on one worker and the fiber's end
-  // on another touch no shared counter (a global one cost 8-14 % of a 1M
+  // on another touch no shared counter (a global one costs 8-14 % of a 1M
   // spawn run in cache misses).
   std::atomic<std::uint64_t> spawned_{0}, retired_{0};
   std::uint64_t next_id_ = 0, id_end_ = 0; // this worker's block of fiber ids

@@ -146,8 +146,8 @@ bool Worker::sleep_once() {
   if (sched_.exiting()) return true;
   // Shutdown may have begun after this worker's last poll_io but before it was
   // marked sleeping here, so wake_all_workers passed it by; asleep now, it would
-  // never cancel its in-flight I/O (a fiber in a 1 h io::sleep_until kept
-  // shutdown waiting for ever: fuzzer seed 242921). The core lock orders the
+  // never cancel its in-flight I/O (a fiber in a long io::sleep_until would
+  // keep shutdown waiting for ever). The core lock orders the
   // two: either the waker saw `sleeping`, or this load sees `stopping`.
   if (sched_.stopping() && !stop_cancelled_ && (io_->inflight() != 0 || io_->deferring())) return true;
   // A spawner on another single-PU core passes this worker by unless it says

@@ -106,7 +106,7 @@ public:
 
   // Half of the programs on machines of two cores or more run on two
   // runtimes, each on cores of its own. From a stream of its own, so that the
-  // rest of a seed's program is what it was with one runtime.
+  // rest of a seed's program is the same as with one runtime.
   void split_runtimes() {
     Rng rng(p_.seed ^ 0x5EC0DD2u);
     if (!rng.chance(50)) return;

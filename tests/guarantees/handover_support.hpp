@@ -118,9 +118,8 @@ inline Window measure_window(const Runtime& rt, const std::vector<Cookie>& cooki
 /// low without any starvation (sanitizer builds run 5-50x slower, and on
 /// core:2 pu:2 four workers share two CPUs, while the owner is charged the
 /// wall time its thread is descheduled); a starved cookie fails every window.
-/// With another test process loading the machine, a share
-/// check with a single window failed in 3 of 7 runs under ASan, and a
-/// semaphore ping-pong case read 0.13 of the core where 0.2 was checked.
+/// With another test process loading the machine, a share check with a
+/// single window fails often under ASan.
 template <class Ok>
 Window measure_until(const Runtime& rt, const std::vector<Cookie>& cookies, std::chrono::milliseconds len, Ok ok,
                      int& windows) {

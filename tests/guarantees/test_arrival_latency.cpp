@@ -16,10 +16,10 @@
 //
 // Real time on a shared machine: a try may meet a noisy neighbour, so each
 // case gets up to 3 tries and passes on the first whose 99th percentile is
-// within the bound. The bound is in slices, never in absolute time. Before
-// the runners were asked to pick again when the newcomer leads
-// (CoreCoordinator::preempt_owner_for), the same waits read p99 4.4-8 slices
-// (coresched-arrival-bench).
+// within the bound. The bound is in slices, never in absolute time. Without
+// the runners being asked to pick again when the newcomer leads
+// (CoreCoordinator::preempt_owner_for), the same waits would reach p99 4.4-8
+// slices (coresched-arrival-bench).
 #include <coresched/coresched.hpp>
 
 #include <catch2/catch.hpp>
@@ -131,8 +131,7 @@ TEST_CASE("a fiber of a new cookie starts within 2 slices beside a busy owner (p
   // pick: there only every arrival starting is checked (the REQUIRE above).
   // So in sanitizer builds (CORESCHED_STRESS_SCALE < 1), whose
   // instrumentation slows the spawning thread more than the longer slice
-  // makes up for: under TSan p99 read 2.03-2.30 slices in all three tries of
-  // two cases, and passed 3 of 4 reruns.
+  // makes up for: under TSan p99 can pass 2 slices in all three tries.
   const char* shares = std::getenv("CORESCHED_SHARE_CHECKS");
   const char* scale = std::getenv("CORESCHED_STRESS_SCALE");
   const bool sanitized = scale && std::atof(scale) < 1.0;

@@ -132,8 +132,8 @@ TEST_CASE("join right after spawn (inline join) with inherited and explicit cook
   CHECK_ISOLATED(h);
 }
 
-// Known bug (1): the inline-joined child's new cookie stayed published for
-// its parent, so the parent's code ran under B beside B's rivals.
+// The inline-joined child's new cookie must not stay published for its
+// parent, or the parent's code runs under B beside B's rivals.
 TEST_CASE("set_cookie in an inline-joined child does not leak into its parent", "[oracle][inline][cookie]") {
   const std::string spec = GUARANTEE_TOPOLOGIES;
   INFO(spec);
@@ -295,9 +295,9 @@ TEST_CASE("exceptions through join (inline and not) reach exactly their joiner",
   CHECK_ISOLATED(h);
 }
 
-// Known bug (4): the exception being handled was the worker thread's, not the
-// fiber's: after a suspension inside a catch block, current_exception() and
-// `throw;` gave another fiber's exception (or crashed).
+// The exception being handled is the fiber's, not the worker thread's:
+// otherwise, after a suspension inside a catch block, current_exception() and
+// `throw;` give another fiber's exception (or crash).
 TEST_CASE("a fiber that suspends inside a catch block keeps its own exception", "[oracle][exception]") {
   const std::string spec = GUARANTEE_TOPOLOGIES;
   INFO(spec);
@@ -356,11 +356,11 @@ TEST_CASE("a fiber that suspends inside a catch block keeps its own exception", 
   CHECK_ISOLATED(h);
 }
 
-// Found by coresched-fuzz (seed 1, after the fix for bug 4): a child joined
-// inline runs on its joiner's thread without a switch, so it saw the joiner's
-// exception state: current_exception() inside it was the joiner's exception,
-// `throw;` rethrew it, and during the joiner's unwinding (a JoinHandle
-// destructor joins) uncaught_exceptions() was 1 in the child.
+// A child joined inline runs on its joiner's thread without a switch, so
+// unless its exception state is swapped it sees the joiner's:
+// current_exception() inside it is the joiner's exception, `throw;` rethrows
+// it, and during the joiner's unwinding (a JoinHandle destructor joins)
+// uncaught_exceptions() is 1 in the child.
 TEST_CASE("a child joined inline from a catch block or during unwinding has no exception of its own",
           "[oracle][exception][inline]") {
   const std::string spec = GUARANTEE_TOPOLOGIES;
@@ -400,8 +400,8 @@ TEST_CASE("a child joined inline from a catch block or during unwinding has no e
   CHECK(wrong_after == 0);
 }
 
-// Known bug (2): a finished fiber's captures (and a detached fiber's result)
-// were destroyed after the next fiber's cookie was published.
+// A finished fiber's captures (and a detached fiber's result) must be
+// destroyed before the next fiber's cookie is published.
 TEST_CASE("captures and results are destroyed under their own fiber's cookie", "[oracle][destructor]") {
   const std::string spec = GUARANTEE_TOPOLOGIES;
   INFO(spec);
@@ -487,7 +487,7 @@ TEST_CASE("captures and results are destroyed under their own fiber's cookie", "
   CHECK_ISOLATED(h);
 }
 
-// Known bug (5): an inline join ran the child on the joiner's stack whatever
+// An inline join must not run the child on the joiner's stack whatever
 // stack_size the child asked for; this child overflows a 64 KiB stack (the
 // runtime reports the overflow and aborts).
 TEST_CASE("a child joined inline gets the stack size it asked for", "[stack][inline]") {

@@ -34,7 +34,7 @@ TEST_CASE("the oracle fires when the coordinator ignores siblings", "[oracle][fi
         // as soon as both fibers run, however slowly the workers get through
         // their picks (in a TCG guest each of the runtime checker's 900-odd log
         // lines goes to an emulated serial console, and with 50 us stretches
-        // the oracle saw no overlap in 2 of 3 CI runs).
+        // the oracle can see no overlap).
         const auto until = std::chrono::steady_clock::now() + 300ms;
         while (std::chrono::steady_clock::now() < until && h.oracle.violations.load() < 100) {
           s.burn(20ms);

@@ -281,11 +281,12 @@ TEST_CASE("random programs: owner fibers wake onto forced-idle siblings while a 
 }
 
 // ---------------------------------------------------------------------------
-// The path of e15820e, made to happen every time: on core 0, one runner of A
-// on each sibling but the last; the last sibling has a sleeper of A pinned to
-// it, which wakes every few hundred microseconds, so that sibling, forced idle
-// behind A while B waits, goes on with A's own fiber and no longer times A's
-// turn. B must still get core 0 in turns, under both fairness policies, with
+// A forced-idle sibling that goes on with the owner's own fiber, made to
+// happen every time: on core 0, one runner of A on each sibling but the last;
+// the last sibling has a sleeper of A pinned to it, which wakes every few
+// hundred microseconds, so that sibling, forced idle behind A while B waits,
+// goes on with A's own fiber and then does not time A's turn. B must still
+// get core 0 in turns, under both fairness policies, with
 // and without handover_spin.
 TEST_CASE("a forced-idle sibling that runs the owner's woken fiber does not starve the waiting cookie",
           "[oracle][handover]") {
@@ -338,20 +339,17 @@ TEST_CASE("a forced-idle sibling that runs the owner's woken fiber does not star
 }
 
 // ---------------------------------------------------------------------------
-// The slice tick asks a runner to stop once
-// its worker has not *switched* for a slice, and an inline join counted as a
-// switch (begin_run bumps the worker's count) although no pick reconsiders
-// the core's cookie. So fibers of the owner cookie that join children inline
-// between preemption points, on every sibling of a core, were never asked to
-// stop while another cookie waited: no sibling was forced idle to time the
-// turn (every one ran the owner), and the ticker saw switches. The waiting
-// cookie got the core only when the host happened to deschedule a worker for
-// a whole slice (B's first start 0.1-3 s and more at a 4 ms slice here). Now
-// an inline run is not counted, and a join asked to stop parks instead of
-// running the child inline (Worker::run_inline). Before these fixes this case
-// failed all its variants in each run (B owned core 0 for 0 ms of 300).
+// The slice tick asks a runner to stop once its worker has not *switched*
+// for a slice. An inline run is no switch for it (no pick reconsiders the
+// core's cookie), and a join asked to stop parks instead of running the child
+// inline (Worker::run_inline). Otherwise fibers of the owner cookie that join
+// children inline between preemption points, on every sibling of a core,
+// would never be asked to stop while another cookie waits: no sibling is
+// forced idle to time the turn (every one runs the owner), and the ticker
+// sees switches. The waiting cookie would get the core only when the host
+// happens to deschedule a worker for a whole slice.
 // Two ways in: B arrives while every sibling runs A; or the sibling forced
-// idle behind A (B waits there) goes on with A's own fiber (e15820e's path).
+// idle behind A (B waits there) goes on with A's own fiber (the case above).
 // Checked as B's share of core 0 while B is always runnable: the two cookies
 // should own it about half each. (Other cores are kept busy, or their idle
 // workers steal A's children before the inline join, which then parks, and a
@@ -420,8 +418,8 @@ TEST_CASE("a cookie waiting behind owner fibers that join inline on every siblin
     }
   }, SpawnOptions{.cookie = b, .pin_to_pu = b_pin}));
   if (via_forced_idle) spawn_owner(pus.back()); // wakes onto the sibling that waits for B
-  // B's first run may come tens of ms after its spawn on a loaded, sanitized
-  // host (85-143 ms seen), which a window could not tell from starvation: the
+  // B's first run may come 100 ms or more after its spawn on a loaded,
+  // sanitized host, which a window could not tell from starvation: the
   // windows start once it has run, and are not scaled down. B never running
   // fails here (after 10 s).
   const bool b_ran = wait_for([&] { return b_first_us.load() >= 0; }, 10s);
@@ -445,8 +443,8 @@ TEST_CASE("a cookie waiting behind owner fibers that join inline on every siblin
 // sleeper credit given on set_cookie too, each call would put the new cookie
 // ahead of A (and forceidle_balance's change of owner reset A's wait), and A
 // would own core 0 for 0-1 % of 1.5 s under forceidle_balance. A set_cookie
-// earns none: A owns 0.50-0.65 of core 0 here (one run per variant); with the
-// credit given on set_cookie (the lead bounded by history) 0.33, under both
+// earns none: A owns 0.50-0.65 of core 0; with the credit given on
+// set_cookie (the lead bounded by history) it would own 0.33, under both
 // policies.
 TEST_CASE("a fiber switching cookies with set_cookie does not keep a busy cookie off the core",
           "[oracle][handover]") {
@@ -472,8 +470,8 @@ TEST_CASE("a fiber switching cookies with set_cookie does not keep a busy cookie
     }
   }, SpawnOptions{.cookie = y, .pin_to_pu = pus.back()}));
   std::this_thread::sleep_for(3 * o.slice);
-  // Up to three windows: the bug reads ~0.33 in every one, a host that kept
-  // the workers off their CPUs only in some.
+  // Up to three windows: a credit on set_cookie reads ~0.33 in every one, a
+  // host that kept the workers off their CPUs only in some.
   int windows = 0;
   const Window w = measure_until(h.rt, {a}, std::chrono::milliseconds(std::max(300, scaled(300))), [](const Window& m) {
     return m.owned_ms[0] > 0.4 * m.wall_ms;

@@ -6,8 +6,8 @@
 // The class of bug they look for: a worker that switches between fibers (so
 // the slice tick, Scheduler::tick, sees its switch count move and never asks
 // it to stop) without the core's cookie choice being reconsidered
-// (CoreCoordinator::pick_locked / choose_cookie). An inline join once counted
-// as such a switch (test_oracle_handover.cpp's "[starvation]" case). Here the
+// (CoreCoordinator::pick_locked / choose_cookie). An inline join is one if it
+// counts as a switch (test_oracle_handover.cpp's "[starvation]" case). Here the
 // owner cookie A keeps every sibling of core 0 busy by the other ways a worker
 // switches: fibers ping-ponging through a Semaphore or a Channel (wake-affine
 // hand-offs, or cross-sibling ones), a contended Mutex's hand-offs, fibers
@@ -47,7 +47,7 @@ namespace {
 
 /// The measuring window of one scenario: not scaled below 300 ms, as B's
 /// first run may come tens of ms after its spawn on a loaded, sanitized host
-/// (up to 32 ms seen under TSan on a quiet one), which a 100 ms window could
+/// (up to 32 ms under TSan on a quiet one), which a 100 ms window could
 /// not tell from starvation.
 std::chrono::milliseconds window() { return std::chrono::milliseconds(std::max(300, scaled(300))); }
 
@@ -443,7 +443,7 @@ TEST_CASE("a fiber beside a wake-affine ping-pong pair of its own cookie is not 
   r.finish();
   INFO("X burned " << x_ms << " ms of " << wall_ms << " ms; longest gap " << max_gap_us << " us");
   // X's burn counts its worker's CPU time, which the host's other threads
-  // share (four workers on two CPUs in "core:2 pu:2"): 8-30 % seen, never 0.
+  // share (four workers on two CPUs in "core:2 pu:2"): 8-30 %, never 0.
   CHECK(x_ms > 0.02 * wall_ms);
   CHECK_ISOLATED(r.h);
 }
@@ -525,18 +525,18 @@ TEST_CASE("an unpinned waiting cookie on cores all busy with owner ping-pong pai
 // sleeper credit), B would wait out the hysteresis (half a slice) at every
 // burst and own 8-17 % of core 0; with the sleeper credit and wake-up
 // preemption between cookies (CoreCoordinator::place, preempt_owner_for) it
-// owns 34-47 % (101-141 ms of 300). Beside owner fibers that never yield but
+// owns 34-47 %. Beside owner fibers that never yield but
 // reach a preemption point every 20 us (burners), B's timer completion is
 // collected at the burner's next preemption point (IORING_SQ_TASKRUN), and a
 // wake-up inside the owner's least turn hands over when that ends
 // (choose_cookie's kept_until, pick_locked): B owns 35-40 % there too.
 // The check: B's work beside A over its work alone on core 0 in as long
-// (timer latencies and the host's share of CPU included), three runs each:
-// yielders 0.97-1.0 (core:1 pu:2) and 0.54-0.75 (core:2 pu:2), burners
-// 0.99-1.0 and 0.40-0.50; without the credit 0.15-0.20 and 0.07-0.09. Beside
-// burners on core:1 pu:2 it reads 0.09 with wake-ups in a young turn left to
-// the tick, and 0.22-0.28 without the owner's request to pick again: both
-// under the bound.
+// (timer latencies and the host's share of CPU included): yielders 0.97-1.0
+// (core:1 pu:2) and 0.54-0.75 (core:2 pu:2), burners 0.99-1.0 and
+// 0.40-0.50; without the credit it would read 0.15-0.20 and 0.07-0.09.
+// Beside burners on core:1 pu:2 it would read 0.09 with wake-ups in a young
+// turn left to the tick, and 0.22-0.28 without the owner's request to pick
+// again: both under the bound.
 TEST_CASE("a cookie that sleeps between bursts beside busy owner fibers gets most of what it asks",
           "[oracle][starvation]") {
   const std::string spec = GUARANTEE_TOPOLOGIES;
@@ -590,8 +590,8 @@ TEST_CASE("a cookie that sleeps between bursts beside busy owner fibers gets mos
                           << " ms of " << wall_ms << " ms, burned " << burned_ms << " ms in " << gap_b.turns.load()
                           << " bursts (longest gap " << gap_b.max_us.load() << " us; window " << windows
                           << " of up to 3)");
-  // Not starved. In the 2-core SMT guest (tests/vm), B's burners case owned
-  // 1.5-3 % (4.6-9.5 ms of 300), the host's CPUs its vCPUs' to give.
+  // Not starved. In the 2-core SMT guest (tests/vm), B's burners case owns
+  // only a few %, the host's CPUs its vCPUs' to give.
   CHECK(b_ms > (burners ? 0.005 : 0.02) * wall_ms);
   REQUIRE(alone_ms > 0);
   if (check_share) CHECK(burned_ms > bound * alone_ms);

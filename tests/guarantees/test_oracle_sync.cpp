@@ -483,9 +483,9 @@ TEST_CASE("shutdown while fibers wait: sleeps and I/O end early and the fibers f
   CHECK_ISOLATED(h);
 }
 
-// Known bug: a spawn from a plain thread that passed the shutdown check just
-// before shutdown() looked at the live-fiber count was counted too late and
-// never ran. Every spawn that returns must run; the others throw UsageError.
+// A spawn from a plain thread that passes the shutdown check just before
+// shutdown() looks at the live-fiber count must be counted in time, or it
+// never runs. Every spawn that returns must run; the others throw UsageError.
 TEST_CASE("a spawn from a plain thread racing shutdown either runs or throws UsageError", "[shutdown]") {
   const std::string spec = GUARANTEE_TOPOLOGIES;
   INFO(spec);

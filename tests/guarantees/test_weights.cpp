@@ -130,8 +130,8 @@ std::string attempt(int windows) {
 /// 1/1001, within 25 %. The worst case for hand-overs: PU 1 has nothing else
 /// to run, so it sleeps between the light cookie's turns and each turn
 /// starts with its wake-up, which must not be charged to the light cookie at
-/// its weight's rate (100 / w per ns): charged, it lost every turn before
-/// its fiber started and never ran. By its own clock it must run at least
+/// its weight's rate (100 / w per ns): charged, it would lose every turn
+/// before its fiber started and never run. By its own clock it must run at least
 /// 0.4 of its share: a turn at this ratio is the least turn (an eighth of a
 /// granularity), of which the switches take a part.
 std::string extreme_attempt() {
@@ -176,9 +176,8 @@ std::string extreme_attempt() {
 /// PU 0, 2 s. PU 0 begins the light cookie's turns, each the least turn; PU
 /// 2 (a CPU shared with PU 0 here) must be woken for them, and its fiber
 /// must run in them too: at least a fifth as many 20 us stretches as its
-/// sibling fiber on PU 0 (a third, typically; it missed every turn, 0-1
-/// stretches against 740-1,360, before a sibling that missed a turn began
-/// the next).
+/// sibling fiber on PU 0 (a third, typically; unless a sibling that missed a
+/// turn begins the next, it misses nearly every turn).
 std::string pinned_light_attempt(FairnessPolicy policy) {
   Options o = guarantees::options_for("core:1 pu:4");
   o.policy = policy;

@@ -5,10 +5,10 @@
 // wake-ups come late (CoreSim::tick_late_max): its thread shares the CPUs
 // the busy workers hold. A new cookie has no sleeper credit, so it does not
 // lead the owner when it arrives; it must still own the core within 2
-// slices. Before the runners were asked to pick again when the newcomer
-// leads (CoreCoordinator::preempt_owner_for, Sibling::repick_at) only the
-// ticker ended the owner's turn, and a late tick kept the newcomer waiting
-// past the bound (coresched-arrival-bench measured p99 4.4-8 slices).
+// slices. Unless the runners are asked to pick again when the newcomer
+// leads (CoreCoordinator::preempt_owner_for, Sibling::repick_at), only the
+// ticker ends the owner's turn, and a late tick keeps the newcomer waiting
+// past the bound (p99 4.4-8 slices in coresched-arrival-bench).
 #include "sim_run.hpp"
 
 #include <catch2/catch.hpp>

@@ -36,7 +36,7 @@ namespace {
 
 // ---------------------------------------------------------------- scenarios
 
-// The user's report: cookie A runs alone for seconds, then B arrives. B must
+// A long solo run: cookie A runs alone for seconds, then B arrives. B must
 // own the core within 2 slices and the two must split it evenly from then on.
 void late_arrival(CoreSim& sim, Rng& rng, unsigned pus, Report& rep) {
   const int n = rng.chance(0.5) ? 2 : static_cast<int>(pus); // two busy fibers, or one per PU
@@ -102,7 +102,7 @@ void sleepers(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
 
 // A cookie that holds the core long (preempt points 20-60 ms apart) against
 // two rivals that take turns, one of them a single fiber that sleeps and
-// wakes (fuzzer seed 1161): each long turn leaves it far behind in `waited`,
+// wakes: each long turn leaves it far behind in `waited`,
 // and it must still own the core again within a few of its own turns.
 void debtor(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
   const std::uint64_t gap = rng.range(20, 60) * 1000 * kUs;
@@ -123,25 +123,25 @@ void debtor(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
   if (!sim.failed() && sim.log(1).owned_ns == 0) sim.fail("debtor: cookie 1 never owned the core");
 }
 
-// The fuzzer's seed-1161 starvation, reproduced: this fails without commit
-// 2249487 (`debtor` above passes either way). forceidle_balance used to place
-// a cookie arriving or waking level with the owner (waited 0). Here cookie 1
-// gets into debt by a long turn of its own (preempt points 5-10 ms apart),
-// and both rivals are single fibers that run briefly (~100-300 us, under the
-// granularity) and sleep ~1 us: every turn ends with the owner parking, and
-// the other rival, woken ~1 us into that turn, was put level with the owner
-// and so ahead of the debtor; the two then gained alike, and set_owner's
-// rebase at the hand-over took back what the debtor had gained. It gained
-// ~1 us a turn against milliseconds of debt and got the core only when a
-// sleep happened to outlast the owner's burst: after 27-123 ms (320 seeded
-// runs; the real run: 5 s, its waited stuck at -135 ms). Joining the back of
-// the line, the waking rival queues behind the debtor, which owns the core
-// at the next hand-over (within ~3 ms here). `debtor` misses it because its
-// busy rival stays runnable, keeps its waited across turns, and loses a whole
-// turn to the debtor every turn. The bound is core_vruntime's: the debtor
-// waits until both rivals have owned what it owned, two of its turns (up to
-// ~19 ms here). That is also why its turns are 5-10 ms, not the 20-60 ms of
-// `debtor`: the chance that ends the old starvation does not grow with them.
+// A debtor beside two sleepers: forceidle_balance places a cookie arriving
+// or waking at the back of the line, not level with the owner (waited 0),
+// and this case starves otherwise (`debtor` above passes either way). Here
+// cookie 1 gets into debt by a long turn of its own (preempt points 5-10 ms
+// apart), and both rivals are single fibers that run briefly (~100-300 us,
+// under the granularity) and sleep ~1 us: every turn ends with the owner
+// parking, and the other rival wakes ~1 us into that turn. Put level with
+// the owner, it would be ahead of the debtor; the two would then gain alike,
+// and set_owner's rebase at the hand-over would take back what the debtor
+// had gained: ~1 us a turn against milliseconds of debt, the core only when
+// a sleep happens to outlast the owner's burst (27-123 ms here). Joining the
+// back of the line, the waking rival queues behind the debtor, which owns
+// the core at the next hand-over (within ~3 ms here). `debtor` misses it
+// because its busy rival stays runnable, keeps its waited across turns, and
+// loses a whole turn to the debtor every turn. The bound is core_vruntime's:
+// the debtor waits until both rivals have owned what it owned, two of its
+// turns (up to ~19 ms here). That is also why its turns are 5-10 ms, not the
+// 20-60 ms of `debtor`: the chance that ends the starvation does not grow
+// with them.
 void debtor_sleepers(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
   const std::uint64_t gap = rng.range(5, 10) * 1000 * kUs;
   sim.arrival_bound = kNever; // a rival waking just after its turn owes the others first: see sleepers
@@ -278,9 +278,8 @@ void stale_set_cookie(CoreSim& sim, Rng& rng, unsigned, Report&) {
 // fine period as it leaves forced idle (Worker::leave_forced_idle). Without
 // that, its next coarse tick sees fibers waiting behind busy siblings with
 // none forced idle and flags the runners that have not switched since the
-// tick before; the per-run worst waits on the same 64 seeds then read median
-// 2.75 ms against 2.44 ms with it (worst 3.44 against 3.48 ms), both within
-// the bound. The test case checks that median. The bound is two turns, as
+// tick before; the per-run worst waits on the same seeds then have a higher
+// median, both within the bound. The test case checks that median. The bound is two turns, as
 // for `pinned`: cookie 1 owned the core with all its siblings, and the wait
 // after its sleeper's long bursts includes cookie 2's catching up.
 std::vector<std::uint64_t> g_owner_wakes_worst; // each run's worst wait, for the median check below
@@ -326,7 +325,7 @@ TEST_CASE("sim: the owner's fiber waking onto a forced-idle sibling", "[sim]") {
     g_owner_wakes_worst.clear();
     g_fine_ticks_on_leave = fine;
     // 16 runs per policy and core size at any scale: with 3 (the sanitizer
-    // suites' 0.2), the two medians crossed on 2 of 8 base seeds.
+    // suites' 0.2), the two medians cross on 2 of 8 base seeds.
     simulate(fine ? "owner_wakes_beside" : "owner_wakes_beside (no fine ticks on leave)", owner_wakes_beside, 16, 16);
     g_fine_ticks_on_leave = true;
     auto& w = g_owner_wakes_worst;

@@ -4,7 +4,7 @@
 // preemption between cookies (runtime/core/core_fairness.cpp) must give a cookie
 // that sleeps between bursts most of what it asks, and nothing more than its
 // share, whatever its bursts, and a fiber's set_cookie calls must never earn
-// credit. Without their fixes set_cookie_cycle starves cookie 1 (its share
+// credit. Without those rules set_cookie_cycle starves cookie 1 (its share
 // 0.000), and long_bursts gives the sleeper 93 % of the core under
 // forceidle_balance.
 #include "sim_run.hpp"
@@ -45,8 +45,8 @@ double share_beside_busy(CoreSim& sim, Rng& rng, unsigned pus, std::uint64_t wai
 // sleeper credit, wake-up preemption between cookies and a wake-up inside
 // the owner's least turn handing over when that ends, the median reads 0.85
 // and the worst 0.70-0.77 (four seeds); without the hand-over at the turn's
-// end 0.79-0.80 and 0.52-0.57; placed level with the owner and waiting for
-// the tick, 0.34 and 0.16 (the default seed).
+// end they would read 0.79-0.80 and 0.52-0.57; placed level with the owner
+// and waiting for the tick, 0.34 and 0.16 (the default seed).
 std::vector<double> g_sleeper_ratio;
 
 void sleeper_share(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
@@ -67,7 +67,7 @@ void sleeper_share(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
 // (65-150 us), exactly, beside a busy cookie 1: each wake-up is an arrival
 // that may preempt. It asks for ~90 % of the core, so a fair core gives it
 // half; with a full credit at every wake-up under forceidle_balance (whose
-// `waited` forgets what a cookie ran) it got 0.83-0.93. Its share must stay
+// `waited` forgets what a cookie ran) it would get 0.83-0.93. Its share must stay
 // within the credit of half: at most 0.6 over every run.
 std::vector<double> g_long_share;
 
@@ -85,7 +85,7 @@ void long_bursts(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
 // 40 cookies in turn, beside cookie 1 busy on every sibling. A set_cookie is
 // no wake-up: it must earn no credit, and with 40 cookies (more than the
 // core's books keep, so each comes back as new) none may come back below
-// cookie 1. Either way cookie 1 waited for good: its share was 0.000 under
+// cookie 1. Otherwise cookie 1 waits for good: its share is 0.000 under
 // forceidle_balance with 2 cookies, and under both policies with 40.
 // Cookie 1 must own the core within
 // a few turns of the cycle's cookies, and own a share of it.

@@ -212,8 +212,8 @@ void weight_changes(CoreSim& sim, Rng& rng, unsigned pus, Report& rep) {
 // wake-up is slower than that (slow_wakes), so the other siblings miss them.
 // Each light fiber must run within two of its cookie's waits and turns: a
 // sibling that missed a turn begins the next
-// (CoreCoordinator::hand_to_missed). Without that rule the first run with
-// slow wake-ups failed: a pinned fiber stayed queued for 69 ms.
+// (CoreCoordinator::hand_to_missed). Without that rule, with slow wake-ups,
+// a pinned fiber would stay queued for tens of ms.
 void pinned_light(CoreSim& sim, Rng& rng, unsigned pus, Report&) {
   const auto light = static_cast<std::uint32_t>(rng.range(1, 100));
   const Weights ws({light, static_cast<std::uint32_t>(std::min<std::uint64_t>(10'000, light * rng.range(20, 100)))});

@@ -106,8 +106,8 @@ func skynetWorkload(leaves int64, _ float64) []figure {
 
 // Unbuffered channel round trip between two goroutines. Go cannot pin a
 // goroutine to a P, and a goroutine readied by a send runs next on the
-// sender's P (runnext): measured here, the receiver of the plain round trip
-// ran on the sender's OS thread in 99.9 % of round trips. So the round trip
+// sender's P (runnext): here the receiver of the plain round trip runs on
+// the sender's OS thread in 99.9 % of round trips. So the round trip
 // across two workers locks client and server to threads pinned to CPUs 0 and
 // 1 (lockToCPU), the only way Go has to keep the two apart; the plain one
 // (channel_any) lets Go place them.
@@ -129,7 +129,7 @@ func channelRoundTrip1w(n int64, _ float64) []figure {
 // Locks the calling goroutine to its OS thread and pins that thread to the
 // which-th CPU (0 or 1) the process may run on; the returned function undoes
 // both. A locked thread alone is not kept on a CPU: the kernel's wake-affine
-// placement ran the woken goroutine's locked thread on its waker's CPU in
+// placement runs the woken goroutine's locked thread on its waker's CPU in
 // 705-1,087 of 2,000 `wake` wake-ups (17.6-19.0 us p50 there, 37.9-43.8 us on
 // the other CPU), so an unpinned lock does not measure a wake-up across CPUs,
 // which coresched's pinned workers and the threads peer always pay.
@@ -219,8 +219,8 @@ func spinFor(d time.Duration) {
 // A pauses gapUs, stamps and wakes B (blocked on a channel receive); B
 // records the latency. wake locks A and B to threads pinned to CPUs 0 and 1,
 // so the wake-up crosses CPUs (see channelRoundTrip and lockToCPU); wake_any
-// lets Go place B, and Go runs it on A's thread (2,000 of 2,000 wake-ups,
-// measured here).
+// lets Go place B, and Go runs it on A's thread (2,000 of 2,000 wake-ups
+// here).
 func wakeLatency(n int64, gapUs float64) []figure {
 	return wakeLatencyOf(n, gapUs, true)
 }
