@@ -342,14 +342,13 @@ bool Scheduler::wake_helper(const Worker& from, Help why) {
       // the runner's core, and not one beside a sibling that runs a cookie,
       // which may steal only that cookie and would go back to sleep, leaving
       // the backlog to wait for the runner while the rule counts it as shared
-      // (a child on a single-PU worker's ring waited 200 ms of 200
-      // in 10 of 10 rounds while the wake went to an SMT sibling of a PU
-      // running another cookie, and a single-PU worker slept).
+      // (a child on a single-PU worker's ring would wait for the whole run
+      // while a single-PU worker slept).
       if (for_backlog && (w.pu().core == from.pu().core || w.core().running_cookie() != kNoCookie)) return false;
       // A single-PU worker that does not say it sleeps is awake (picking,
       // stealing, adopting what it stole) or will look at the queued counts
-      // before it sleeps: pass it by without its lock. Waiting for that lock
-      // was the spawner's spin here (1M spawns: 7 % of the samples). An SMT
+      // before it sleeps: pass it by without its lock (waiting for that lock
+      // would be the spawner's spin here, 7 % of 1M spawns' samples). An SMT
       // worker does not look before sleeping: read the flag under the lock.
       Sibling& s = w.sibling();
       if (why == Help::spawned && w.core().single_pu() && !s.sleeping.read_unlocked()) return false;

@@ -394,11 +394,10 @@ bool Worker::enqueue_spawned(Fiber* f) {
   // A fiber another worker may run goes on the spawn ring, where a thief
   // finds it without the core lock (spawn_ring.hpp). Always, not only while
   // a worker is idle: a worker that goes idle just after the spawn must still
-  // see it. The private queue once took such fibers while nobody was idle,
-  // and a spawner that then ran on without a preemption point kept them from
-  // a worker that had gone to sleep meanwhile (for the whole run: 0 of 8
-  // children started in 200 ms, "fibers spawned while another worker idles
-  // are stolen while their spawner runs on"), and from the rescue.
+  // see it. On the private queue, a spawner that runs on without a
+  // preemption point would keep them from a worker that went to sleep
+  // meanwhile, for the whole run, and from the rescue ("fibers spawned while
+  // another worker idles are stolen while their spawner runs on").
   if (ring_spawns_ && f->pinned == kNotPinned) {
     if (core_.push_spawned(f)) return true;
   } else if (local_ok(f)) {
