@@ -3,6 +3,7 @@
 // says a cookie ran is what its fibers measured in user code, at any instant,
 // also for a cookie that keeps its PU and never changes hands; and every PU's
 // time is either a cookie's CPU time or forced idle.
+#include "sched/worker.hpp" // testing::idle_never_sleeps
 #include "test_support.hpp"
 
 #include <coresched/coresched.hpp>
@@ -456,4 +457,40 @@ TEST_CASE("stats count a forced idle in progress", "[stats][accounting]") {
   INFO("b suffered " << suffered / 1000000 << " ms, a caused " << caused / 1000000 << " ms, 200 ms after b arrived");
   CHECK(suffered > 100'000'000);
   CHECK(caused == suffered);
+}
+
+TEST_CASE("a worker's idle loop is not counted as its last cookie's run", "[stats][accounting]") {
+  // Two busy cookies pinned to the two siblings of one core take turns, so
+  // each worker spends about half the run forced idle. The test-only hook
+  // keeps idle workers spinning instead of sleeping: a run segment left open
+  // until the worker sleeps would then count its whole forced idle as the
+  // last cookie's run, about twice what its fiber ran.
+  struct NeverSleep {
+    NeverSleep() { detail::testing::idle_never_sleeps.store(true); }
+    ~NeverSleep() { detail::testing::idle_never_sleeps.store(false); }
+  } never_sleep;
+  Runtime rt(topo("core:1 pu:2"));
+  const Cookie cookies[2] = {Cookie::create(), Cookie::create()};
+  std::atomic<std::int64_t> ran[2] = {0, 0}; // each fiber's own clock: wall time between preemption points
+  std::vector<JoinHandle<void>> hs;
+  const auto until = Clock::now() + std::chrono::milliseconds(300);
+  for (unsigned i = 0; i < 2; ++i)
+    hs.push_back(rt.spawn([&, i] {
+      while (Clock::now() < until) {
+        const std::int64_t start = mono_ns();
+        while (mono_ns() - start < 20'000) {
+        }
+        ran[i].fetch_add(mono_ns() - start, std::memory_order_relaxed);
+        this_fiber::preempt_point();
+      }
+    }, SpawnOptions{.cookie = cookies[i], .pin_to_pu = i}));
+  for (auto& h : hs) h.join();
+  const Stats st = rt.stats();
+  for (unsigned i = 0; i < 2; ++i) {
+    const auto own = static_cast<double>(ran[i].load());
+    const auto books = static_cast<double>(cpu_of(st, cookies[i]));
+    INFO("cookie " << i << ": stats " << books / 1e6 << " ms, its fiber's own clock " << own / 1e6 << " ms");
+    CHECK(own > 0);
+    CHECK(books < 1.25 * own + 2e6); // the gaps between stretches (preemption points, switches) are the cookie's
+  }
 }

@@ -34,10 +34,11 @@ class Scheduler;
 class Worker;
 
 namespace testing {
-/// Benchmark-only: idle workers never sleep (after their spin window they
-/// sched_yield in a loop). Valgrind 3.19 runs a thread blocked in
+/// Benchmarks and tests only: idle workers never sleep (after their spin
+/// window they sched_yield in a loop). Valgrind 3.19 runs a thread blocked in
 /// io_uring_enter while holding its global lock, so a sleeping worker would
-/// stall every other thread (bench/budget).
+/// stall every other thread (bench/budget); a test uses it to keep workers in
+/// their idle loop.
 extern std::atomic<bool> idle_never_sleeps;
 } // namespace testing
 

@@ -43,7 +43,13 @@ void Worker::set_idle(bool on) {
   sched_.note_idle(*this, on);
 }
 
+// From here until it returns a fiber the worker runs none, so the last
+// fiber's run segment ends now: left open through the idle loop's picks,
+// steals and spins, it counted that time as the cookie's run, on top of the
+// forced idle the same span books (a turn's end cost each cookie its idle
+// spin as run time, which pulled weighted shares towards 1:1).
 Fiber* Worker::find_work() {
+  books_.close_segment(now_ns());
   if (stack_starved_) [[unlikely]] {
     // A picked fiber found no memory for its stack and went back to the
     // queue: give other fibers time to finish and free theirs.
@@ -164,7 +170,6 @@ bool Worker::sleep_once() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (sched_.queued_elsewhere(*this) && steal_and_adopt(p, true)) return false;
   }
-  books_.close_segment(now_ns());
   sleeps_.fetch_add(1, std::memory_order_relaxed);
   // Sleep in the io_uring: an I/O completion or a waker's eventfd write ends
   // it; forced idle, also the end of the owner's turn (forced_idle.cpp).
