@@ -5,6 +5,10 @@ from its own folder or from a lower layer, and every runtime include names
 its folder ("core/core_coordinator.hpp"). An upward include is how a lower
 layer starts to depend on the one built on it (used by ctest).
 
+Within sched/, the worker's files see their scheduler only through
+WorkerHost (sched/worker_host.hpp): they may not include sched/scheduler.hpp,
+or the worker grows calls into the scheduler's internals again.
+
 usage: check_layers.py [REPO]
 """
 import os
@@ -13,6 +17,8 @@ import sys
 
 # Lowest first. Folders of one rank do not include each other.
 RANKS = {"platform": 0, "fiber": 1, "reactor": 2, "core": 3, "sched": 4, "sync": 5, "io": 5, "debug": 5, "api": 6}
+# The worker's half of sched/: files that may not include the scheduler.
+WORKER_FILES = re.compile(r"^(worker.*|forced_idle|fiber_lifecycle|stack_guard|cookie_books|local_queue)\.(hpp|cpp)$")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
@@ -42,6 +48,9 @@ def main() -> int:
                     continue
                 if where != headers[base]:
                     print(f"runtime/{folder}/{name}: include \"{inc}\" as \"{headers[base]}/{base}\"")
+                    bad += 1
+                elif folder == "sched" and WORKER_FILES.match(name) and base == "scheduler.hpp":
+                    print(f"runtime/sched/{name}: a worker's file includes the scheduler (use sched/worker_host.hpp)")
                     bad += 1
                 elif RANKS[where] > RANKS[folder] or (RANKS[where] == RANKS[folder] and where != folder):
                     print(f"runtime/{folder}/{name}: includes {inc}, from layer {where} above {folder}")

@@ -15,7 +15,7 @@
 #include "platform/futex.hpp"
 #include "platform/log.hpp"
 #include "fiber/sanitizer.hpp"
-#include "sched/scheduler.hpp"
+#include "sched/worker_host.hpp"
 #include "sched/worker.hpp"
 
 #include <chrono>
@@ -49,7 +49,7 @@ bool Worker::give_stack(Fiber* f) noexcept {
   try {
     f->stack = stacks_.get(mapped_stack_bytes(f->stack_size));
   } catch (const std::bad_alloc&) {
-    if (!stack_deadlocked() || !sched_.shared_stacks().take_reserve(f->stack)) {
+    if (!stack_deadlocked() || !host_.shared_stacks().take_reserve(f->stack)) {
       stack_starved_ = true;
       return false;
     }
@@ -68,7 +68,7 @@ bool Worker::give_stack(Fiber* f) noexcept {
 // stacks failed here; any fiber finishing starts the wait again.
 bool Worker::stack_deadlocked() noexcept {
   const std::uint64_t now = now_ns();
-  const std::uint64_t retired = sched_.retired_fibers();
+  const std::uint64_t retired = host_.retired_fibers();
   if (starved_since_ == 0 || retired != starved_retired_) {
     starved_since_ = now;
     starved_retired_ = retired;
@@ -169,7 +169,7 @@ void Worker::run_to_completion(Fiber* f, bool by_handle) noexcept {
 }
 
 void Worker::report_detached(const std::exception_ptr& e) noexcept {
-  Worker::current()->scheduler().report_detached_exception(e);
+  Worker::current()->host_.report_detached_exception(e);
 }
 
 void Worker::fiber_main(ctx::transfer_t t) {

@@ -22,7 +22,7 @@
 #include "sched/worker.hpp"
 
 #include "platform/clock.hpp"
-#include "sched/scheduler.hpp"
+#include "sched/worker_host.hpp"
 #include "platform/trace.hpp"
 
 #include <immintrin.h>
@@ -64,7 +64,7 @@ bool Worker::await_handover() noexcept {
       core_.request_stop(blocker);
       stop_owner_at_ = 0;
     }
-    if (now >= until || sched_.exiting()) break;
+    if (now >= until || host_.exiting()) break;
   }
   return true;
 }
@@ -79,7 +79,7 @@ void Worker::leave_forced_idle() {
   // fibers still wait on the core, only the ticker's preemption request will
   // (CoreCoordinator::enqueue_locked), so ask for its fine period. After a
   // hand-over the owner is the cookie it waited for, and this is skipped.
-  if (core_.published_owner() == books_.blocker() && core_.queued_hint() > 0) sched_.want_fine_ticks();
+  if (core_.published_owner() == books_.blocker() && core_.queued_hint() > 0) host_.want_fine_ticks();
   const CookieBooks::Span s = books_.leave_forced(now_ns());
   core_.forced_idle_ns.fetch_add(s.ns, std::memory_order_relaxed);
   if (trace_) [[unlikely]]
@@ -103,7 +103,7 @@ void Worker::trace_handover(const Pick& p) noexcept {
 // points) it goes the default way. False if woken or completed first.
 bool Worker::sleep_until_turn_end(std::uint64_t& due) {
   const std::uint64_t end = due;
-  const bool spin = sched_.handover_spin();
+  const bool spin = host_.handover_spin();
   const std::uint64_t lead = spin ? wake_latency_ns_ + kReadyMarginNs : 0;
   const std::uint64_t wake_at = due > lead ? due - lead : 0;
   std::uint64_t now = now_ns();
@@ -113,7 +113,7 @@ bool Worker::sleep_until_turn_end(std::uint64_t& due) {
     wake_latency_ns_ = (7 * wake_latency_ns_ + (now - wake_at)) / 8; // how late the timer woke us
   }
   due = 0;
-  std::uint64_t watch_until = end + sched_.slice_ns() / 4;
+  std::uint64_t watch_until = end + host_.slice_ns() / 4;
   if (spin && now < watch_until) {
     stop_owner_at_ = end; // await_handover asks the owner to stop then
   } else {
@@ -133,7 +133,7 @@ bool Worker::sleep_until_turn_end(std::uint64_t& due) {
     // (docs/design.md, "The watch at the turn's end on real siblings"),
     // so this follows the kernel.
     // On synthetic siblings, other CPUs, it costs the owner nothing.
-    if (end == turn_end_spun_ || !sched_.watch_turn_end()) return false;
+    if (end == turn_end_spun_ || !host_.watch_turn_end()) return false;
     turn_end_spun_ = end;
     watch_until = now + wake_latency_ns_;
   }

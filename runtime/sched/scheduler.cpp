@@ -315,14 +315,6 @@ void Scheduler::note_idle(const Worker& w, bool idle) noexcept {
   idle_count_.fetch_add(idle ? 1 : -1, std::memory_order_relaxed);
 }
 
-bool Scheduler::try_start_spinning() noexcept {
-  int s = spinning_.load(std::memory_order_relaxed);
-  for (;;) {
-    if (s * 2 >= idle_count_.load(std::memory_order_relaxed)) return false;
-    if (spinning_.compare_exchange_weak(s, s + 1, std::memory_order_relaxed)) return true;
-  }
-}
-
 bool Scheduler::wake_helper(const Worker& from, Help why) {
   const bool for_backlog = why == Help::backlog;
   // seq_cst loads (plain loads on x86), after a spawner's seq_cst add to its

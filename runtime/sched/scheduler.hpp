@@ -16,6 +16,7 @@
 #include "platform/ticker.hpp"
 #include "platform/trace.hpp"
 #include "sched/worker.hpp"
+#include "sched/worker_host.hpp"
 
 #include <coresched/options.hpp>
 #include <coresched/runtime.hpp>
@@ -38,10 +39,7 @@ void check_cookie(std::uint64_t value);
 /// blocking call's that the thread runs (tls_call_cookie), else untagged.
 std::uint64_t plain_thread_cookie() noexcept;
 
-/// Reserves `n` consecutive fiber ids (process-wide, never 0); returns the first.
-std::uint64_t new_fiber_ids(std::uint64_t n) noexcept;
-
-class Scheduler {
+class Scheduler final : public WorkerHost {
 public:
   Scheduler(Options options, Runtime* owner);
   ~Scheduler();
@@ -50,79 +48,49 @@ public:
 
   const Options& options() const noexcept { return options_; }
   /// The I/O backend every worker uses, and why (chosen at construction).
-  IoBackend io_backend() const noexcept { return io_choice_.backend; }
+  IoBackend io_backend() const noexcept override { return io_choice_.backend; }
   const std::string& io_backend_reason() const noexcept { return io_choice_.reason; }
   /// Threads for the epoll backend's blocking work (started on first use).
-  BlockingPool& blocking_pool() noexcept { return blocking_pool_; }
+  BlockingPool& blocking_pool() noexcept override { return blocking_pool_; }
   /// Threads for coresched::blocking_call.
   CallThreads& call_threads() noexcept { return call_threads_; }
-  const Topology& topology() const noexcept { return topology_; }
+  const Topology& topology() const noexcept override { return topology_; }
   Runtime* owner() const noexcept { return owner_; }
 
   /// Allocates a fiber around a task and queues it.
   Task* spawn(const SpawnOptions& opts, std::size_t size, std::size_t align, void (*construct)(void*, void*),
               void* arg);
   /// Places a runnable fiber on a worker and queues it there.
-  void place(Fiber* f, Arrival why = Arrival::woken);
+  void place(Fiber* f, Arrival why = Arrival::woken) override;
   /// Queues `f` on worker `w`.
   void enqueue_on(unsigned w, Fiber* f, Arrival why);
-  /// Most fibers one steal takes.
-  static constexpr unsigned kStealBatch = 128;
-  /// Takes fibers from another core for `thief`, nearest core first, into
-  /// `out` (up to kStealBatch, half the victim's queue); returns how many.
-  unsigned steal_for(Worker& thief, const Pick& p, Fiber** out);
-  bool stopping() const noexcept { return stopping_.load(std::memory_order_acquire); }
+  unsigned steal_for(Worker& thief, const Pick& p, Fiber** out) override;
   /// An exception ended a fiber nobody will join: Options::on_detached_exception,
   /// or a log line. Called in that fiber.
-  void report_detached_exception(std::exception_ptr e) noexcept;
+  void report_detached_exception(std::exception_ptr e) noexcept override;
   /// Where the fibers' timed sync waits keep their deadlines.
   DeadlineTimer& deadlines() noexcept { return deadlines_; }
   /// Fibers spawned and not yet finished (exact once nothing can spawn).
   std::uint64_t live_fibers() const noexcept;
   /// Fibers of this runtime that have finished so far.
-  std::uint64_t retired_fibers() const noexcept;
+  std::uint64_t retired_fibers() const noexcept override;
   /// The stacks every worker's pool gives back to (and the fail reserve).
-  SharedStackPool& shared_stacks() noexcept { return shared_stacks_; }
-  /// Why wake_helper is called.
-  enum class Help : std::uint8_t {
-    /// Fibers wait in the caller's core queue.
-    queued,
-    /// The caller has just put a fiber on its spawn ring. A single-PU worker
-    /// about to sleep looks at the other cores once more (sleep_once), so
-    /// one that does not yet say it sleeps is passed by without its lock.
-    spawned,
-    /// The slice tick's rule, for a runner that reaches no preemption point:
-    /// only a worker of another core that can steal any cookie (no sibling
-    /// of its core runs one), and a spinner does not count (it may be limited
-    /// to one cookie); the caller then relies on it to take the backlog.
-    backlog,
-  };
-  /// Called by a worker whose own core has a backlog: wake a sleeping one,
-  /// unless one spins. Returns whether one was woken or spins.
-  bool wake_helper(const Worker& from, Help why = Help::queued);
-  /// Whether another single-PU core has fibers queued (its spawn ring's
-  /// included), which `w` may be able to steal: a worker about to sleep looks
-  /// once more (Worker::sleep_once).
-  bool queued_elsewhere(const Worker& w) const noexcept;
-  /// A worker enters or leaves the idle loop.
-  void note_idle(const Worker& w, bool idle) noexcept;
-  /// Whether some worker is idle (a relaxed hint).
-  bool idle_hint() const noexcept { return idle_count_.load(std::memory_order_relaxed) > 0; }
-  /// Whether an idle worker may spin now (at most half of the idle ones).
-  bool try_start_spinning() noexcept;
-  void stop_spinning() noexcept { spinning_.fetch_sub(1, std::memory_order_relaxed); }
+  SharedStackPool& shared_stacks() noexcept override { return shared_stacks_; }
+  // WorkerHost (documented there).
+  bool wake_helper(const Worker& from, Help why = Help::queued) override;
+  bool queued_elsewhere(const Worker& w) const noexcept override;
+  void note_idle(const Worker& w, bool idle) noexcept override;
   /// The slice tick, `units` quarter slices after the last one (Ticker).
   Ticker::Seen tick(unsigned units);
   /// Ticks so far: the unit fibers are charged in (fiber_vtime.hpp).
   std::uint32_t ticks() const noexcept { return ticks_.load(std::memory_order_relaxed); }
-  const std::atomic<std::uint32_t>& tick_counter() const noexcept { return ticks_; }
   /// A worker became busy: make sure the tick runs (a restart ticks at the
   /// fine period for a hold). Not a poke each time: this is on the wake-up
   /// path, and a busy worker's backlog is seen at the next tick, fine or coarse.
-  void note_busy() { if (!ticker_->ticking()) ticker_->poke(); }
+  void note_busy() override { if (!ticker_->ticking()) ticker_->poke(); }
   /// A fiber begins I/O on a busy worker: its completion must be reaped
   /// within a quarter slice, so the tick must be fine (one relaxed load when it is).
-  void want_fine_ticks() { if (!ticker_->fine()) ticker_->poke(); }
+  void want_fine_ticks() override { if (!ticker_->fine()) ticker_->poke(); }
 
   /// Chooses a worker for a woken fiber (mask or scan).
   unsigned choose_worker(const Fiber& f, unsigned prev) const;
@@ -131,21 +99,15 @@ public:
   void shutdown();
   /// Wakes every sleeping worker (shutdown, start-up failure).
   void wake_all_workers();
-  bool exiting() const noexcept { return exiting_.load(std::memory_order_acquire); }
-  std::uint64_t slice_ns() const noexcept { return slice_ns_; }
-  /// Options::handover_spin (or CORESCHED_HANDOVER_SPIN=1).
-  bool handover_spin() const noexcept { return handover_spin_; }
   /// Whether a forced-idle PU woken at the end of the owner's turn watches
   /// for the hand-over a while before it sleeps again (forced_idle.cpp): only
   /// where its siblings are synthetic (other CPUs), not real SMT threads.
-  bool watch_turn_end() const noexcept { return !topology_.real_siblings(); }
+  bool watch_turn_end() const noexcept override { return !topology_.real_siblings(); }
   Stats stats();
   /// Writes every live fiber and every core to `out` (fiber_dump.cpp).
   void dump(std::FILE* out);
   /// The scheduling trace, or null when not tracing.
-  Trace* trace() const noexcept { return trace_.get(); }
-
-  std::atomic<std::uint64_t> isolation_violations{0};
+  Trace* trace() const noexcept override { return trace_.get(); }
 
 private:
   void start_workers();
@@ -186,20 +148,15 @@ private:
   std::unique_ptr<Ticker> ticker_;
   DeadlineTimer deadlines_;
   std::uint64_t stall_ns_ = 0; // Options::stall_threshold; 0 = off
-  std::uint64_t slice_ns_ = 0;
-  bool handover_spin_ = false;
   bool wake_affine_ = true; // Options::wake_affine (or CORESCHED_WAKE_AFFINE=0)
   std::size_t default_stack_ = 0; // Options::stack_size in whole pages
   std::atomic<std::uint64_t> external_spawned_{0}; // spawns from threads that are not its workers
-  std::atomic<bool> stopping_{false};
-  std::atomic<bool> exiting_{false};
-  std::atomic<std::uint32_t> ticks_{0};
-  std::atomic<int> spinning_{0};
-  std::atomic<int> idle_count_{0};
   std::atomic<unsigned> next_external_{0};
   bool shut_down_ = false;
   coresched_debug_runtime debug_{}; // this runtime in the process's list (debug_registry.hpp)
   std::mutex shutdown_mu_;
 };
+
+inline Scheduler& Worker::scheduler() noexcept { return static_cast<Scheduler&>(host_); }
 
 } // namespace coresched::detail

@@ -7,7 +7,7 @@
 #include "platform/hwloc_handle.hpp"
 #include "platform/log.hpp"
 #include "fiber/sanitizer.hpp"
-#include "sched/scheduler.hpp"
+#include "sched/worker_host.hpp"
 #include "sched/stack_guard.hpp"
 
 #include <chrono>
@@ -63,13 +63,13 @@ private:
 };
 } // namespace
 
-Worker::Worker(Scheduler& sched, const PuInfo& pu, CoreCoordinator& core, unsigned sibling,
+Worker::Worker(WorkerHost& host, const PuInfo& pu, CoreCoordinator& core, unsigned sibling,
                SharedStackPool& stacks, RecordDepot& records)
-    : sched_(sched), pu_(pu), index_(pu.index), core_(core), sibling_(sibling), sib_(&core.sibling(sibling)),
-      ring_spawns_(core.single_pu() && sched.topology().pus().size() > 1), stacks_(stacks), records_(records),
-      steal_grace_(sched.topology().cores().size()),
-      ticks_(&sched.tick_counter()),
-      trace_(sched.trace() ? &sched.trace()->ring(pu.index) : nullptr) {
+    : host_(host), pu_(pu), index_(pu.index), core_(core), sibling_(sibling), sib_(&core.sibling(sibling)),
+      ring_spawns_(core.single_pu() && host.topology().pus().size() > 1), stacks_(stacks), records_(records),
+      steal_grace_(host.topology().cores().size()),
+      ticks_(&host.tick_counter()),
+      trace_(host.trace() ? &host.trace()->ring(pu.index) : nullptr) {
   idle_ctx_.is_task = false;
   idle_ctx_.fresh = false;
 }
@@ -129,7 +129,7 @@ void Worker::join() {
 void Worker::bind_to_cpu() {
   const std::string name = "coresched-w" + std::to_string(pu_.index);
   pthread_setname_np(pthread_self(), name.c_str());
-  const auto& hw = sched_.topology().platform();
+  const auto& hw = host_.topology().platform();
   if (hw) {
     // Real machine: bind with hwloc to the PU's cpuset.
     hwloc_obj_t obj = hwloc_get_pu_obj_by_os_index(hw->topo, pu_.os_index);
@@ -155,7 +155,7 @@ void Worker::thread_main() {
   san::adopt_thread(idle_ctx_);
   bind_to_cpu();
   try {
-    make_reactor(io_, sched_.io_backend(), sched_.blocking_pool());
+    make_reactor(io_, host_.io_backend(), host_.blocking_pool());
   } catch (const std::exception& e) {
     init_error_ = e.what();
     ready_.store(-1, std::memory_order_release);
@@ -229,7 +229,7 @@ void Worker::trace_run(const Fiber* f) noexcept {
 void Worker::check_isolation([[maybe_unused]] const Fiber* f) {
 #ifdef CORESCHED_ISOLATION_CHECK
   if (core_.sibling_conflict(sibling_, f->cookie)) {
-    sched_.isolation_violations.fetch_add(1, std::memory_order_relaxed);
+    host_.isolation_violations.fetch_add(1, std::memory_order_relaxed);
     log().error("isolation violation: core {} sibling {} runs cookie {} beside another cookie", core_.index(),
                 sibling_, cookie_label(f->cookie));
   }
@@ -248,7 +248,7 @@ void Worker::switch_to(Fiber* next, After after) {
   if (next->is_task) {
     if (!prev_->is_task) {
       busy.store(true, std::memory_order_seq_cst); // pairs with the ticker's last look before it stops (ticker.cpp)
-      sched_.note_busy();
+      host_.note_busy();
       run_tick_ = ticks_->load(std::memory_order_relaxed); // from a task fiber, charge() has just set it
     }
     count_switch();
@@ -290,7 +290,7 @@ void Worker::after_resume(ctx::fcontext_t from) {
     if (!p->state.compare_exchange_strong(expected, FiberState::parked, std::memory_order_acq_rel)) {
       p->state.store(FiberState::runnable, std::memory_order_relaxed); // woken while parking
       const FlagScope own(waking_for_runtime_); // its waker is elsewhere, not the fiber that runs now
-      sched_.place(p);
+      host_.place(p);
     }
     break;
   }
@@ -310,7 +310,7 @@ void Worker::after_resume(ctx::fcontext_t from) {
 // them: none is idle, or every one of them (and `adding`) is pinned here.
 bool Worker::local_ok(const Fiber* adding) const noexcept {
   if (!core_.single_pu() || core_.queued_hint() != 0 || io_->inflight() != 0) return false;
-  if (!sched_.idle_hint()) return true;
+  if (!host_.idle_hint()) return true;
   return local_.unpinned() == 0 && (!adding || adding->pinned != kNotPinned);
 }
 
@@ -323,7 +323,7 @@ void Worker::poll_io() {
   // unregister; on the single-PU fast path, which does not come here, they
   // wait for the worker's next I/O or idle spell: memory, not a fiber, waits).
   if (io_->inflight() == 0 && !io_->deferring() && !io_->remote_pending()) return;
-  if (sched_.stopping() && !stop_cancelled_) {
+  if (host_.stopping() && !stop_cancelled_) {
     io_->cancel_all(); // shutdown: sleeping and blocked fibers return operation_canceled
     stop_cancelled_ = true;
   }
@@ -411,7 +411,7 @@ bool Worker::enqueue_spawned(Fiber* f) {
   const bool needs_tick = core_.enqueue_locked(sibling_, f, wakes, Arrival::spawned);
   core_.lock().unlock();
   wakes.notify();
-  if (needs_tick) sched_.want_fine_ticks();
+  if (needs_tick) host_.want_fine_ticks();
   return false;
 }
 
@@ -514,7 +514,7 @@ void Worker::reschedule(Requeue how) {
 // at the wake-up itself; deferred to here, a waker that blocks pays nothing.
 __attribute__((noinline)) void Worker::share_after_affine_wake() {
   affine_pending_ = false;
-  if (core_.queued_hint() > 0 && sched_.idle_hint()) sched_.wake_helper(*this); // (not if a thief took it)
+  if (core_.queued_hint() > 0 && host_.idle_hint()) host_.wake_helper(*this); // (not if a thief took it)
 }
 
 // Out of line: its locks and wake list must not cost the fast path above a

@@ -32,6 +32,7 @@ namespace coresched::detail {
 
 class Scheduler;
 class Worker;
+class WorkerHost;
 
 namespace testing {
 /// Benchmarks and tests only: idle workers never sleep (after their spin
@@ -68,7 +69,7 @@ bool watching_for_ask_back() noexcept;
 
 class Worker {
 public:
-  Worker(Scheduler& sched, const PuInfo& pu, CoreCoordinator& core, unsigned sibling, SharedStackPool& stacks,
+  Worker(WorkerHost& host, const PuInfo& pu, CoreCoordinator& core, unsigned sibling, SharedStackPool& stacks,
          RecordDepot& records);
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -83,7 +84,9 @@ public:
   /// may resume on another thread, and the compiler must not cache the TLS
   /// address across a switch.
   static Worker* current() noexcept;
-  Scheduler& scheduler() noexcept { return sched_; }
+  /// The runtime's scheduler, for the layers above (api, sync, io); the
+  /// worker itself asks only its WorkerHost (defined in scheduler.hpp).
+  Scheduler& scheduler() noexcept;
   /// A fresh fiber id, from a block this worker reserved (worker thread only).
   std::uint64_t new_fiber_id() noexcept {
     if (next_id_ == id_end_) [[unlikely]]
@@ -303,7 +306,7 @@ private:
   /// At exit: cancels and reaps the requests still in the kernel.
   void drain_ring();
 
-  Scheduler& sched_;
+  WorkerHost& host_; // the scheduler, as far as a worker may see it
   const PuInfo& pu_;
   unsigned index_; // pu_.index, cached for the switch path
   CoreCoordinator& core_;

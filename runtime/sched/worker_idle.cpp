@@ -6,7 +6,7 @@
 #include "sched/worker.hpp"
 
 #include "platform/clock.hpp"
-#include "sched/scheduler.hpp"
+#include "sched/worker_host.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -40,7 +40,7 @@ void Worker::idle_loop() {
 void Worker::set_idle(bool on) {
   if (idle_ == on) return;
   idle_ = on;
-  sched_.note_idle(*this, on);
+  host_.note_idle(*this, on);
 }
 
 // From here until it returns a fiber the worker runs none, so the last
@@ -62,22 +62,22 @@ Fiber* Worker::find_work() {
   for (;;) {
     const Pick p = pick();
     if (p.kind == Pick::Kind::run) {
-      if (spinning) sched_.stop_spinning();
+      if (spinning) host_.stop_spinning();
       leave_forced_idle();
       set_idle(false);
-      if (core_.queued_hint() > 0) sched_.wake_helper(*this); // more here: wake a helper, as Go's last spinner does
+      if (core_.queued_hint() > 0) host_.wake_helper(*this); // more here: wake a helper, as Go's last spinner does
       return p.fiber;
     }
     if (p.kind == Pick::Kind::forced_idle) enter_forced_idle(p);
     else leave_forced_idle();
     set_idle(true);
-    if (sched_.exiting()) {
-      if (spinning) sched_.stop_spinning();
+    if (host_.exiting()) {
+      if (spinning) host_.stop_spinning();
       return nullptr;
     }
     poll_io();
     if (steal_and_adopt(p, false)) continue;
-    if (!spinning && !books_.forced()) spinning = sched_.try_start_spinning();
+    if (!spinning && !books_.forced()) spinning = host_.try_start_spinning();
     const int limit = books_.forced() ? kForcedIdleSpinRounds : spinning ? kIdleSpinRounds : kUnclaimedSpinRounds;
     if (rounds < limit) {
       ++rounds;
@@ -105,7 +105,7 @@ Fiber* Worker::find_work() {
       continue;
     }
     if (spinning) {
-      sched_.stop_spinning();
+      host_.stop_spinning();
       spinning = false;
     }
     if (!sleep_once()) continue;
@@ -117,8 +117,8 @@ Fiber* Worker::find_work() {
 // Steals for pick `p` and queues what it took on this PU. `unsleep`: this
 // worker has said it sleeps (sleep_once's last look) and now does not.
 bool Worker::steal_and_adopt(const Pick& p, bool unsleep) {
-  Fiber* stolen[Scheduler::kStealBatch];
-  const unsigned n = sched_.steal_for(*this, p, stolen);
+  Fiber* stolen[WorkerHost::kStealBatch];
+  const unsigned n = host_.steal_for(*this, p, stolen);
   if (n == 0) return false;
   steals_.fetch_add(n, std::memory_order_relaxed);
   core_.lock().lock();
@@ -149,13 +149,13 @@ bool Worker::sleep_once() {
   const std::uint32_t epoch = sibling().wake_word.load(std::memory_order_acquire);
   core_.lock().unlock();
   wakes.notify();
-  if (sched_.exiting()) return true;
+  if (host_.exiting()) return true;
   // Shutdown may have begun after this worker's last poll_io but before it was
   // marked sleeping here, so wake_all_workers passed it by; asleep now, it would
   // never cancel its in-flight I/O (a fiber in a long io::sleep_until would
   // keep shutdown waiting for ever). The core lock orders the
   // two: either the waker saw `sleeping`, or this load sees `stopping`.
-  if (sched_.stopping() && !stop_cancelled_ && (io_->inflight() != 0 || io_->deferring())) return true;
+  if (host_.stopping() && !stop_cancelled_ && (io_->inflight() != 0 || io_->deferring())) return true;
   // A spawner on another single-PU core passes this worker by unless it says
   // it sleeps (Scheduler::wake_helper, Help::spawned). So, now that `sleeping`
   // is published, look at the other single-PU cores once more (the fence
@@ -168,13 +168,13 @@ bool Worker::sleep_once() {
   // cookie from the rings: a single-PU core's.
   if (ring_spawns_ && p.steal == Pick::Steal::any) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (sched_.queued_elsewhere(*this) && steal_and_adopt(p, true)) return false;
+    if (host_.queued_elsewhere(*this) && steal_and_adopt(p, true)) return false;
   }
   sleeps_.fetch_add(1, std::memory_order_relaxed);
   // Sleep in the io_uring: an I/O completion or a waker's eventfd write ends
   // it; forced idle, also the end of the owner's turn (forced_idle.cpp).
   bool woke_early = false;
-  while (sibling().wake_word.load(std::memory_order_acquire) == epoch && !sched_.exiting()) {
+  while (sibling().wake_word.load(std::memory_order_acquire) == epoch && !host_.exiting()) {
     if (turn_end != 0) woke_early = sleep_until_turn_end(turn_end);
     else io_->wait(io_done_);
     if (!io_done_.empty() || woke_early) break;
