@@ -131,7 +131,7 @@ EpollReactor::Next EpollReactor::attempt(IoOp* op) {
   case IoKind::recv:
     res = as_result(::recv(r.fd, r.buf, r.len, r.flags | MSG_DONTWAIT));
     if (would_block(res)) return Next::wait_in;
-    if (res >= 0 && static_cast<unsigned>(res) < r.len) fds_[r.fd].drained = true;
+    if (res >= 0 && static_cast<unsigned>(res) < r.len) fd_entry(r.fd).drained = true;
     break;
   case IoKind::send:
     res = as_result(::send(r.fd, r.buf, r.len, r.flags | MSG_DONTWAIT));
@@ -164,7 +164,7 @@ EpollReactor::Next EpollReactor::attempt(IoOp* op) {
       // Part of a file cached: a read of a file is whole up to its end, as
       // read(2) and io_uring give it, so the rest goes to the pool.
       if (rest_of_file(op, res)) return Next::offload;
-      fds_[r.fd].drained = true;
+      fd_entry(r.fd).drained = true;
     }
     break;
   }
@@ -226,9 +226,9 @@ bool EpollReactor::rest_of_file(IoOp* op, int got) {
 }
 
 void EpollReactor::drop_fd(int fd) {
-  const auto it = fds_.find(fd);
-  if (it == fds_.end()) return;
-  for (IoOp* o = it->second.head; o;) {
+  FdWait* w = find_fd(fd);
+  if (!w) return;
+  for (IoOp* o = w->head; o;) {
     IoOp* next = o->next_waiter;
     o->next_waiter = nullptr;
     --fd_waiters_;
@@ -236,7 +236,7 @@ void EpollReactor::drop_fd(int fd) {
     end_later(o, -EBADF); // io::close of an fd other fibers wait on
     o = next;
   }
-  fds_.erase(it);
+  *w = {};
 }
 
 int EpollReactor::run_blocking(const IoRequest& r) {
@@ -259,8 +259,8 @@ int EpollReactor::run_blocking(const IoRequest& r) {
 // the wait polls the fd, so data that came meanwhile is seen at once.
 bool EpollReactor::skip_try(const IoRequest& r) const {
   if (r.kind != IoKind::recv && r.kind != IoKind::read) return false;
-  const auto it = fds_.find(r.fd);
-  return it != fds_.end() && it->second.drained;
+  const FdWait* w = find_fd(r.fd);
+  return w && w->drained;
 }
 
 bool EpollReactor::start(IoOp* op, std::optional<std::chrono::nanoseconds> timeout) {
@@ -325,7 +325,7 @@ void EpollReactor::cancel_all() {
 
 void EpollReactor::wait_on_fd(IoOp* op, unsigned events) {
   if (op->req.kind != IoKind::poll) op->req.events = events; // a poll waits for what it asked
-  FdWait& w = fds_[op->req.fd];
+  FdWait& w = fd_entry(op->req.fd);
   op->next_waiter = w.head;
   w.head = op;
   ++fd_waiters_;
@@ -392,9 +392,9 @@ void EpollReactor::arm(int fd, FdWait& w, IoOp* newest) {
 }
 
 bool EpollReactor::unlink_from_fd(IoOp* op) {
-  auto it = fds_.find(op->req.fd);
-  if (it == fds_.end()) return false;
-  for (IoOp** p = &it->second.head; *p; p = &(*p)->next_waiter)
+  FdWait* w = find_fd(op->req.fd);
+  if (!w) return false;
+  for (IoOp** p = &w->head; *p; p = &(*p)->next_waiter)
     if (*p == op) {
       *p = op->next_waiter;
       op->next_waiter = nullptr;
@@ -407,9 +407,9 @@ bool EpollReactor::unlink_from_fd(IoOp* op) {
 // Every op waiting on `fd` is tried again (the events say only that one of
 // them may get on); those that still cannot wait again.
 void EpollReactor::on_ready(int fd, std::vector<Fiber*>& done) {
-  auto it = fds_.find(fd);
-  if (it == fds_.end()) return;
-  FdWait& w = it->second;
+  FdWait* found = find_fd(fd);
+  if (!found) return;
+  FdWait& w = *found;
   IoOp* list = w.head;
   w.head = nullptr;
   w.armed = 0;

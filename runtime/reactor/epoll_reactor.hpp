@@ -16,6 +16,7 @@
 #include "platform/indexed_heap.hpp"
 #include "reactor/reactor.hpp"
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -68,6 +69,18 @@ private:
     bool registered = false; // added to the epoll set (and not known to be gone)
     bool drained = false;    // its last read was short, and no event came since
   };
+  /// The fd's entry, or null where it has none yet (a lookup on every
+  /// operation: fds are small numbers, so a table indexed by them, not a hash).
+  FdWait* find_fd(int fd) noexcept {
+    return fd >= 0 && static_cast<std::size_t>(fd) < fds_.size() ? &fds_[static_cast<std::size_t>(fd)] : nullptr;
+  }
+  const FdWait* find_fd(int fd) const noexcept { return const_cast<EpollReactor*>(this)->find_fd(fd); }
+  /// The fd's entry, made where it has none.
+  FdWait& fd_entry(int fd) {
+    const auto i = static_cast<std::size_t>(fd);
+    if (i >= fds_.size()) fds_.resize(std::max<std::size_t>(i + 1, fds_.size() * 2));
+    return fds_[i];
+  }
   bool skip_try(const IoRequest& r) const;
   void wait_on_fd(IoOp* op, unsigned events);
   /// (Re-)arms `fd` for its waiters; `newest` just joined them (null: none).
@@ -113,7 +126,7 @@ private:
   bool have_pwait2_ = true;
   std::uint64_t last_poll_ns_ = 0;
   unsigned fd_waiters_ = 0;
-  std::unordered_map<int, FdWait> fds_;
+  std::vector<FdWait> fds_; // by fd; an entry of a fd never waited on is empty
   IndexedHeap<IoOp, &IoOp::expires_ns, &IoOp::heap_index> timers_;
   std::vector<IoOp*> cancelled_; // ended by cancel_one() or a failed arm(): woken at the next reap
   std::unordered_map<IoOp*, std::shared_ptr<Offload>> offloaded_;
