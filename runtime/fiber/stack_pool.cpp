@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "fiber/stack_pool.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <new>
 #include <utility>
 #include <sanitizer/asan_interface.h>
@@ -47,9 +50,51 @@ void free_stack(Stack s) noexcept {
   munmap(static_cast<char*>(s.base) - ps, s.size + ps);
 }
 
+SharedStackPool::SharedStackPool(std::size_t stack_size) : stack_size_(stack_size) {
+  const char* guard = std::getenv("CORESCHED_STACK_GUARD");
+  guard_markers_ = !(guard && std::strcmp(guard, "mprotect") == 0);
+}
+
 SharedStackPool::~SharedStackPool() {
   for (Stack s : free_) unmap(s);
   unmap(reserve_);
+  for (const auto& [base, bytes] : slabs_) {
+    ASAN_UNPOISON_MEMORY_REGION(base, bytes); // (see free_stack)
+    munmap(base, bytes);
+  }
+}
+
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102 // Linux 6.13; older headers lack it
+#endif
+
+Stack SharedStackPool::carve() {
+  if (testing::fail_stack_allocations.load(std::memory_order_relaxed) > 0 &&
+      testing::fail_stack_allocations.fetch_sub(1, std::memory_order_relaxed) > 0)
+    throw std::bad_alloc();
+  for (auto* list : {&to_release_, &slots_}) {
+    if (list->empty()) continue;
+    Stack s = list->back();
+    list->pop_back();
+    return s;
+  }
+  const std::size_t ps = page_size();
+  const std::size_t slot = ps + stack_size_;
+  if (next_slot_ == slab_end_) {
+    const std::size_t bytes = slot * kSlabStacks;
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    slabs_.emplace_back(static_cast<char*>(p), bytes);
+    next_slot_ = static_cast<char*>(p);
+    slab_end_ = next_slot_ + bytes;
+  }
+  char* guard = next_slot_;
+  // The guard page: a marker where the kernel has them, else PROT_NONE (an
+  // mprotect that fails, at vm.max_map_count, leaves the slot for later).
+  if (guard_markers_ && madvise(guard, ps, MADV_GUARD_INSTALL) != 0) guard_markers_ = false;
+  if (!guard_markers_ && mprotect(guard, ps, PROT_NONE) != 0) throw std::bad_alloc();
+  next_slot_ += slot;
+  return Stack{guard + ps, stack_size_};
 }
 
 void SharedStackPool::keep_reserve() {
@@ -74,7 +119,13 @@ bool SharedStackPool::refill_reserve(Stack s) {
 }
 
 Stack SharedStackPool::map(std::size_t usable) {
-  Stack s = allocate_stack(usable);
+  Stack s;
+  if (usable == stack_size_) {
+    std::lock_guard lk(slab_mu_);
+    s = carve();
+  } else {
+    s = allocate_stack(usable);
+  }
   StackHeader* h = new (s.header()) StackHeader;
   std::lock_guard lk(list_mu_);
   if (!list_.next) list_.next = list_.prev = &list_;
@@ -93,7 +144,30 @@ void SharedStackPool::unmap(Stack s) noexcept {
     h->prev->next = h->next;
     h->next->prev = h->prev;
   }
-  free_stack(s);
+  if (s.size != stack_size_) return free_stack(s);
+  // A slab's slot: its memory goes back to the kernel with the next batch,
+  // its guard and its place in the slab stay for the next carve().
+  ASAN_UNPOISON_MEMORY_REGION(s.base, s.size);
+  std::lock_guard lk(slab_mu_);
+  to_release_.push_back(s);
+  if (to_release_.size() >= kReleaseBatch) release_batch();
+}
+
+void SharedStackPool::release_batch() noexcept {
+  std::sort(to_release_.begin(), to_release_.end(), [](const Stack& a, const Stack& b) { return a.base < b.base; });
+  const std::size_t ps = page_size();
+  for (std::size_t i = 0; i < to_release_.size();) {
+    // A run of slots side by side: one call from the first's base to the
+    // last's top, over the guards between them (markers and PROT_NONE pages
+    // both survive MADV_DONTNEED).
+    std::size_t j = i + 1;
+    while (j < to_release_.size() && static_cast<char*>(to_release_[j - 1].top()) + ps == to_release_[j].base) ++j;
+    char* from = static_cast<char*>(to_release_[i].base);
+    madvise(from, static_cast<std::size_t>(static_cast<char*>(to_release_[j - 1].top()) - from), MADV_DONTNEED);
+    i = j;
+  }
+  slots_.insert(slots_.end(), to_release_.begin(), to_release_.end());
+  to_release_.clear();
 }
 
 bool SharedStackPool::take(Stack& out) {

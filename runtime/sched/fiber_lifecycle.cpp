@@ -82,9 +82,9 @@ void Worker::wait_for_stack(Fiber* f) {
   const std::uint64_t now = now_ns();
   std::uint64_t last = last_warning.load(std::memory_order_relaxed);
   if (now - last > 1'000'000'000 && last_warning.compare_exchange_strong(last, now))
-    log().warn("no memory for the {} KiB stack of fiber {} (mmap failed; each started fiber holds two mappings, "
-               "see vm.max_map_count): it waits until other fibers finish, and fails with StackError if none "
-               "does for a second", mapped_stack_bytes(f->stack_size) / 1024, f->id);
+    log().warn("no memory for the {} KiB stack of fiber {} (mmap failed: memory, address space, or "
+               "vm.max_map_count where each stack holds its own mappings): it waits until other fibers finish, "
+               "and fails with StackError if none does for a second", mapped_stack_bytes(f->stack_size) / 1024, f->id);
   core_.lock().lock();
   core_.requeue_locked(sibling_, f);
   core_.lock().unlock();
@@ -99,9 +99,9 @@ void Worker::fiber_fail_main(ctx::transfer_t t) {
   { // destroyed before the loop below, which never returns
     const std::string what = "coresched: fiber " + std::to_string(f->id) + " never ran: no memory for its " +
                              std::to_string(mapped_stack_bytes(f->stack_size) / 1024) +
-                             " KiB stack (mmap failed) and no fiber finished for a second to free one; each "
-                             "started fiber holds two kernel mappings: raise vm.max_map_count (sysctl) or keep "
-                             "fewer fibers started at once";
+                             " KiB stack (mmap failed) and no fiber finished for a second to free one; where "
+                             "each stack holds its own mappings (before Linux 6.13, or a stack of another size), "
+                             "raise vm.max_map_count (sysctl); or keep fewer fibers started at once";
     log().error("{}", what);
     f->join->task()->fail(std::make_exception_ptr(StackError(what)));
   }

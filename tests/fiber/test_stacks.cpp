@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fiber stacks: a fiber gets the size it asked for, also when run inline below
 // its joiner; a size no fiber can have is refused; a fiber that finds no memory
-// for its stack waits for one, and a join chain that can map none ends in StackError.
+// for its stack waits for one, and a join chain that can map none ends in StackError;
+// stacks are carved from slabs (a mapping per slab, not two per fiber) and keep
+// their guard pages when their memory is given back.
 #include "guarantees/oracle.hpp"
 #include "fiber/stack_pool.hpp"
 #include "test_support.hpp"
@@ -18,6 +20,13 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
 
 using namespace coresched;
 using namespace std::chrono_literals;
@@ -156,4 +165,85 @@ TEST_CASE("a join chain that alternates cookies ends with StackError when no sta
   CHECK_THAT(error, Catch::Contains("never ran") && Catch::Contains("vm.max_map_count"));
   // The runtime goes on: stacks map again, and the reserve is there for the next time.
   CHECK(rt.spawn([] { return 5; }, SpawnOptions{.stack_size = 72 * 1024}).join() == 5);
+}
+
+namespace {
+// Memory mappings of this process now (lines of /proc/self/maps).
+std::size_t mapping_count() {
+  std::FILE* f = std::fopen("/proc/self/maps", "r");
+  if (!f) return 0;
+  std::size_t n = 0;
+  for (int c; (c = std::fgetc(f)) != EOF;) n += c == '\n';
+  std::fclose(f);
+  return n;
+}
+
+// Whether writing at `p` faults, tried in a child process (a guard page
+// kills it with SIGSEGV; the parent's memory is untouched either way).
+bool write_faults(void* p) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    std::signal(SIGSEGV, SIG_DFL); // not a sanitizer's or the runtime's report: the kernel's verdict
+    *static_cast<volatile char*>(p) = 1;
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV;
+}
+
+// Whether this kernel has guard markers (MADV_GUARD_INSTALL, Linux 6.13).
+bool kernel_has_guard_markers() {
+  const std::size_t ps = detail::page_size();
+  void* p = ::mmap(nullptr, 2 * ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return false;
+  const bool ok = ::madvise(p, ps, 102 /* MADV_GUARD_INSTALL */) == 0;
+  ::munmap(p, 2 * ps);
+  return ok;
+}
+} // namespace
+
+TEST_CASE("parked fibers share a mapping per slab of stacks, not two mappings each", "[stack]") {
+  // Two mappings per fiber (stack and guard page) meet vm.max_map_count's
+  // 65,530 at about 32,000 parked fibers, and the rest wait for stacks.
+  const char* guard = std::getenv("CORESCHED_STACK_GUARD");
+  if (!kernel_has_guard_markers() || (guard && std::string(guard) == "mprotect")) {
+    WARN("skipped: no guard markers here (Linux < 6.13, or CORESCHED_STACK_GUARD=mprotect), each stack keeps its own "
+         "guard mapping");
+    return;
+  }
+  Runtime rt(topo("core:1 pu:2"));
+  constexpr long kFibers = 3000;
+  const std::size_t before = mapping_count();
+  Event go;
+  WaitGroup done;
+  std::atomic<long> parked{0};
+  done.add(kFibers);
+  for (long i = 0; i < kFibers; ++i)
+    rt.spawn(
+        [&] {
+          parked.fetch_add(1);
+          go.wait();
+          done.done();
+        },
+        SpawnOptions{.detached = true});
+  while (parked.load() < kFibers) std::this_thread::sleep_for(1ms);
+  const std::size_t during = mapping_count();
+  go.set();
+  done.wait();
+  INFO("mappings before " << before << ", with " << kFibers << " fibers parked " << during);
+  CHECK(during - before <= 2 * (kFibers / detail::SharedStackPool::kSlabStacks + 1) + 16);
+}
+
+TEST_CASE("a slab stack keeps its guard page after its memory is given back and it is carved again", "[stack]") {
+  detail::SharedStackPool pool(64 * 1024);
+  std::vector<detail::Stack> stacks;
+  for (std::size_t i = 0; i < detail::SharedStackPool::kReleaseBatch; ++i) stacks.push_back(pool.map(64 * 1024));
+  for (const detail::Stack& s : stacks) static_cast<char*>(s.base)[0] = 1; // memory to give back
+  for (const detail::Stack& s : stacks) pool.unmap(s);                     // a whole batch: released
+  const detail::Stack again = pool.map(64 * 1024);
+  CHECK(static_cast<char*>(again.base)[0] == 0); // its memory was given back: zero again
+  CHECK(write_faults(static_cast<char*>(again.base) - 1));
+  CHECK_FALSE(write_faults(again.base));
+  pool.unmap(again);
 }

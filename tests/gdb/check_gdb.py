@@ -56,6 +56,10 @@ def run_gdb(gdb, args, timeout):
     is returned with a note, so that a hang shows where it stopped."""
     env = dict(os.environ)
     env["DEBUGINFOD_URLS"] = ""  # never ask to download debug information
+    # gcore cannot read a mapping with a guard marker in it and would leave the
+    # stack slabs out of the core file: the example's stacks get mprotect'ed
+    # guard pages instead, as docs/observability.md tells users who take cores with gcore.
+    env["CORESCHED_STACK_GUARD"] = "mprotect"
     cmd = [gdb, "-nx", "-batch", "-iex", "set pagination off", "-iex", "set confirm off"] + args
     print("$ " + " ".join(cmd), flush=True)
     with tempfile.TemporaryFile(mode="w+", errors="replace") as out:
