@@ -79,6 +79,44 @@ std::vector<Figure> spawn_many_wg(Runtime& rt, const Params& p) {
   return {{"time", "ns/op", ns}};
 }
 
+// n detached fibers parked on one Event, as a server parks a fiber per idle
+// connection: the time to start them all (each counts itself parked just
+// before it waits), the resident memory each adds, and the time for all of
+// them to finish once the Event is set.
+std::vector<Figure> park(Runtime& rt, const Params& p) {
+  const long n = p.n;
+  struct Out {
+    double start_ns, rss_bytes, drain_ns;
+  };
+  const Out out = rt.spawn([n] {
+                    Event go;
+                    WaitGroup done;
+                    std::atomic<long> parked{0};
+                    const long rss0 = peers::rss_bytes();
+                    const auto t0 = Clock::now();
+                    done.add(n);
+                    for (long i = 0; i < n; ++i)
+                      coresched::spawn(
+                          [&] {
+                            parked.fetch_add(1, std::memory_order_relaxed);
+                            go.wait();
+                            done.done();
+                          },
+                          SpawnOptions{.detached = true});
+                    while (parked.load(std::memory_order_relaxed) < n) this_fiber::yield();
+                    const double start_ns = peers::ns_since(t0);
+                    const long rss1 = peers::rss_bytes();
+                    const auto t1 = Clock::now();
+                    go.set();
+                    done.wait();
+                    return Out{start_ns, static_cast<double>(rss1 - rss0), peers::ns_since(t1)};
+                  }).join();
+  const auto per = static_cast<double>(n);
+  return {{"start", "ns/fiber", out.start_ns / per},
+          {"rss", "bytes/fiber", out.rss_bytes / per},
+          {"drain", "ns/fiber", out.drain_ns / per}};
+}
+
 // skynet: a node spawns 10 children over its range and sums what they return;
 // a node of size 1 returns its number. Children run anywhere (stealing).
 long skynet(long num, long size) {
@@ -233,6 +271,7 @@ int main(int argc, char** argv) {
                             {"spawn_many", [&](const Params& p) { return spawn_many(rt, p); }},
                             {"spawn_many_wg", [&](const Params& p) { return spawn_many_wg(rt, p); }},
                             {"skynet", [&](const Params& p) { return skynet_workload(rt, p); }},
+                            {"park", [&](const Params& p) { return park(rt, p); }},
                             {"channel", [&](const Params& p) { return channel_roundtrip(rt, p, Placed::two_workers); }},
                             {"channel_1w", [&](const Params& p) { return channel_roundtrip(rt, p, Placed::one_worker); }},
                             {"channel_any", [&](const Params& p) { return channel_roundtrip(rt, p, Placed::by_runtime); }},

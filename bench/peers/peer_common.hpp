@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 namespace peers {
 
 using Clock = std::chrono::steady_clock;
@@ -53,6 +55,16 @@ inline void spin_for(std::chrono::nanoseconds d) {
   const auto until = Clock::now() + d;
   while (Clock::now() < until) {
   }
+}
+
+/// The process's resident memory now, in bytes (/proc/self/statm).
+inline long rss_bytes() {
+  long pages = 0, resident = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return resident * sysconf(_SC_PAGESIZE);
 }
 
 /// p-th percentile (0..100) of `v` (nearest rank); sorts `v`.

@@ -108,6 +108,10 @@ WORKLOADS = [
     # between them: ~1,000 ns per item if they overlap, ~2,000 if they take turns.
     Workload("pipeline", "producer -> channel(64) -> consumer, 1 us of work each per item (ns per item)", 100_000,
              5_000, peers=["coresched", "go"]),
+    # A fiber per idle connection: n parked on one Event (Go: one channel),
+    # then all released. Start and drain in ns per fiber, RSS in bytes each.
+    Workload("park", "park 100k fibers on one Event: start, RSS, drain (per fiber)", 100_000, 5_000,
+             peers=["coresched", "go"]),
     Workload("echo", "loopback TCP echo, 64-byte messages (requests/s)", 0, 0,
              peers=list(ECHO_SERVERS), higher_is_better=True),
 ]
@@ -129,6 +133,8 @@ TARGETS = {
     ("wake", "p99", "go"): ("<=", 1.0),
     ("wake_any", "p50", "go"): ("<=", 1.0),
     ("wake_any", "p99", "go"): ("<=", 1.0),
+    ("park", "start", "go"): ("<=", 1.0),
+    ("park", "rss", "go"): ("<=", 1.0),
     ("echo", "rps", "epoll"): (">=", 1.1),
 }
 # The epoll backend's rows: coresched epoll / peer. Its echo against the

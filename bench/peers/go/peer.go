@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -381,6 +382,51 @@ func echoServer() {
 	}
 }
 
+// The process's resident memory now, in bytes (/proc/self/statm).
+func rssBytes() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var pages, resident int64
+	fmt.Sscan(string(b), &pages, &resident)
+	return resident * int64(os.Getpagesize())
+}
+
+// n goroutines parked on one channel, as a server parks one per idle
+// connection: the time to start them all (each counts itself parked just
+// before it waits), the resident memory each adds, and the time for all of
+// them to finish once the channel is closed.
+func park(n int64, _ float64) []figure {
+	var parked atomic.Int64
+	var done sync.WaitGroup
+	gate := make(chan struct{})
+	runtime.GC()
+	rss0 := rssBytes()
+	t0 := time.Now()
+	done.Add(int(n))
+	for i := int64(0); i < n; i++ {
+		go func() {
+			parked.Add(1)
+			<-gate
+			done.Done()
+		}()
+	}
+	for parked.Load() < n {
+		runtime.Gosched()
+	}
+	start := time.Since(t0)
+	rss1 := rssBytes()
+	t1 := time.Now()
+	close(gate)
+	done.Wait()
+	drain := time.Since(t1)
+	per := float64(n)
+	return []figure{{"start", "ns/fiber", float64(start.Nanoseconds()) / per},
+		{"rss", "bytes/fiber", float64(rss1-rss0) / per},
+		{"drain", "ns/fiber", float64(drain.Nanoseconds()) / per}}
+}
+
 func fail(msg string) {
 	fmt.Fprintln(os.Stderr, "go peer:", msg)
 	os.Exit(1)
@@ -392,7 +438,7 @@ func main() {
 		"yield": yieldPingPong, "spawn_join": spawnJoin, "spawn_many": spawnMany, "spawn_many_wg": spawnMany,
 		"skynet": skynetWorkload, "channel": channelRoundTrip, "channel_1w": channelRoundTrip1w,
 		"channel_any": channelRoundTripAny, "wake": wakeLatency, "wake_any": wakeLatencyAny,
-		"wake_run_on": wakeRunOn, "pipeline": pipeline,
+		"wake_run_on": wakeRunOn, "pipeline": pipeline, "park": park,
 	}
 	const usage = "usage: go-peer WORKLOAD|echo-server [-n N] [-gap-us G] [-no-warmup] [-unpinned] [-cpu-split]"
 	if len(os.Args) < 2 {
