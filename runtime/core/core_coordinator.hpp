@@ -425,6 +425,8 @@ private:
   static constexpr unsigned kNoSibling = ~0u;
   void settle_departure(CookieEntry& leaver, std::uint64_t next);
   void owner_started(std::uint64_t now);
+  /// When the started owner's least turn ends, weighted; 0 otherwise.
+  std::uint64_t least_turn_end() const noexcept;
   bool owner_started_ = true; // a fiber of owner_ has started since it became the owner
   // Siblings, a bit each: `awaited_` held fibers of owner_ when it became
   // the owner and have started none since (what they still hold at the

@@ -284,8 +284,21 @@ void CoreCoordinator::settle_departure(CookieEntry& leaver, std::uint64_t next) 
 // core was kept for it. With equal weights every hand-over costs each cookie
 // alike, and nothing is left out of the books.
 void CoreCoordinator::owner_started(std::uint64_t now) {
-  if (weighted_ && now > owner_since_) checkpoint(now); // books nothing: owner_started_ is still false
+  if (weighted_) [[unlikely]] {
+    if (now > owner_since_) checkpoint(now); // books nothing: owner_started_ is still false
+    turn_start_ = now;                       // its least turn runs from here too (least_turn_end)
+  }
   owner_started_ = true;
+}
+
+// A weighted turn lasts at least the least turn from its first fiber's start.
+// A light cookie's weighted turn is a few us of wall time (2g x w / w_max):
+// left at that, each turn ended at its fiber's first preemption point, and
+// the turn's fixed costs (the switches, the picks under the lock, booked to
+// the owner) were a third of it; at 1 : 1,000 that third is paid 1,000 times
+// over by the light cookie, which ran 0.7 of its share (test_weights.cpp).
+std::uint64_t CoreCoordinator::least_turn_end() const noexcept {
+  return weighted_ && owner_started_ ? turn_start_ + (cfg_.granularity_ns >> kMinTurnShift) : 0;
 }
 
 // Call after checkpoint(). Forced-idle balance keeps the owner at 0, so a
@@ -367,6 +380,9 @@ bool CoreCoordinator::choose_cookie(std::uint64_t running, std::uint64_t& out, s
     } else if (running == owner_ && last_checkpoint_ - turn_start_ < (cfg_.granularity_ns >> kMinTurnShift)) {
       best = cur; // young
       kept_until = turn_start_ + (cfg_.granularity_ns >> kMinTurnShift);
+    } else if (last_checkpoint_ < least_turn_end()) {
+      best = cur; // a weighted turn younger than its least length, from its start
+      kept_until = least_turn_end();
     }
   }
   if (weighted_ && kept_until == 0) time_weighted_turn(*best, kept_until);
@@ -534,7 +550,7 @@ std::uint64_t CoreCoordinator::turn_due_locked(unsigned s) const noexcept {
   // at once and again.
   if (!owner_started_ && weighted_)
     until = std::max(until, static_cast<std::int64_t>(cfg_.granularity_ns >> kMinTurnShift));
-  auto due = static_cast<std::int64_t>(last_checkpoint_) + until;
+  auto due = std::max(static_cast<std::int64_t>(last_checkpoint_) + until, static_cast<std::int64_t>(least_turn_end()));
   if (reserved_ != 0) [[unlikely]] // the turn waits for them to begin it, for at most a granularity (hand_to_missed)
     due = std::max(due, static_cast<std::int64_t>(turn_start_ + cfg_.granularity_ns));
   return due > 0 ? static_cast<std::uint64_t>(due) : 1;
