@@ -179,7 +179,8 @@ std::size_t mapping_count() {
 }
 
 // Whether writing at `p` faults, tried in a child process (a guard page
-// kills it with SIGSEGV; the parent's memory is untouched either way).
+// kills it with SIGSEGV, or, where a sanitizer keeps its own handler, makes
+// it report and exit non-zero; the parent's memory is untouched either way).
 bool write_faults(void* p) {
   const pid_t child = ::fork();
   if (child == 0) {
@@ -189,7 +190,7 @@ bool write_faults(void* p) {
   }
   int status = 0;
   ::waitpid(child, &status, 0);
-  return WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV;
+  return (WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
 }
 
 // Whether this kernel has guard markers (MADV_GUARD_INSTALL, Linux 6.13).
