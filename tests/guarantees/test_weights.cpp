@@ -246,8 +246,12 @@ TEST_CASE("a cookie of weight 1 beside one of 1000 gets its share in real time",
 }
 
 TEST_CASE("a light cookie's fiber pinned to a sibling runs in its turns beside a heavy busy cookie", "[weights]") {
-  if (!guarantees::share_checks()) {
-    WARN("skipped: share checks are off here (CORESCHED_SHARE_CHECKS=0)");
+  // Timed in the plain build only, as the 1 : 1,000 case: under TSan a
+  // switch takes most of a least turn, and the pinned fiber's sibling, woken
+  // for each turn, ran 10-11 stretches against its neighbour's 54-71. The
+  // simulation's pinned_light scenario checks the rule without timing.
+  if (!guarantees::share_checks() || guarantees::stress_scale() < 1) {
+    WARN("skipped: share checks are off here (CORESCHED_SHARE_CHECKS=0 or a sanitizer build)");
     return;
   }
   for (auto policy : {FairnessPolicy::forceidle_balance, FairnessPolicy::core_vruntime}) {
