@@ -18,11 +18,15 @@ void release_join(JoinRecord* j) noexcept {
 
 void free_record(void* mem, bool recyclable) noexcept {
   // Any worker's cache will do, even another runtime's: every recyclable
-  // block is a plain operator-new block of kRecordBytes. A handle released on
-  // a plain thread (perhaps after its runtime is gone) gives it to malloc.
-  Worker* w = recyclable ? Worker::current() : nullptr;
-  if (w) w->records().put(mem);
-  else ::operator delete(mem);
+  // block comes from the one process-wide depot. A handle released on a plain
+  // thread (perhaps after its runtime is gone) gives it to the depot itself.
+  if (!recyclable) {
+    ::operator delete(mem);
+  } else if (Worker* w = Worker::current()) {
+    w->records().put(mem);
+  } else {
+    spawn_records().give_one(mem);
+  }
 }
 
 // The park/wake handshake: a fiber announces `parking` before it registers

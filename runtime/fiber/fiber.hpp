@@ -9,6 +9,7 @@
 #include "fiber/eh_state.hpp"
 #include "fiber/join_record.hpp"
 #include "fiber/stack_pool.hpp"
+#include "platform/record_cache.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -80,8 +81,16 @@ struct Fiber {
 /// larger. One size, so one free list per worker serves both.
 inline constexpr std::size_t kRecordBytes = std::max((sizeof(Fiber) + 7) / 8 * 8, kJoinBytes);
 
+/// The process's depot of kRecordBytes blocks, shared by every runtime. Never
+/// destroyed: a handle may outlive every runtime (and static destructors run
+/// in no order that would let it go safely).
+inline RecordDepot& spawn_records() {
+  static RecordDepot* const depot = new RecordDepot(kRecordBytes);
+  return *depot;
+}
+
 /// Frees a kRecordBytes block (when `recyclable`) into the calling worker's
-/// cache, any worker's, or to malloc from a plain thread; others to malloc.
+/// cache, or the depot from a plain thread; others to malloc.
 void free_record(void* mem, bool recyclable) noexcept;
 /// Makes a parked fiber runnable on its own runtime (no-op unless parked or parking).
 void wake_fiber(Fiber* f);

@@ -79,7 +79,7 @@ Scheduler::Scheduler(Options options, Runtime* owner)
   for (const auto& pu : topology_.pus()) {
     const auto& sibs = topology_.cores()[pu.core].pus;
     const auto pos = static_cast<unsigned>(std::find(sibs.begin(), sibs.end(), pu.index) - sibs.begin());
-    workers_.push_back(std::make_unique<Worker>(*this, pu, *cores_[pu.core], pos, shared_stacks_, records_));
+    workers_.push_back(std::make_unique<Worker>(*this, pu, *cores_[pu.core], pos, shared_stacks_, spawn_records()));
   }
   std::vector<CoreCoordinator*> core_ptrs;
   for (auto& c : cores_) core_ptrs.push_back(c.get());
@@ -184,11 +184,11 @@ Task* Scheduler::spawn(const SpawnOptions& opts, std::size_t size, std::size_t a
                                                       : 0;
   // Two blocks: the scheduling record, freed when the fiber retires, and the
   // join record with the task, which a handle keeps (join_record.hpp says why).
-  void* fmem = mine ? here->records().get() : ::operator new(kRecordBytes);
+  void* fmem = mine ? here->records().get() : spawn_records().take_one();
   const bool recyclable = kTaskOffset + size <= kRecordBytes;
   void* jmem = nullptr;
   try {
-    jmem = recyclable && mine ? here->records().get() : ::operator new(recyclable ? kRecordBytes : kTaskOffset + size);
+    jmem = !recyclable ? ::operator new(kTaskOffset + size) : mine ? here->records().get() : spawn_records().take_one();
   } catch (...) {
     free_record(fmem, true);
     throw;

@@ -130,9 +130,7 @@ private:
   Runtime* owner_;
   Topology topology_;
   CoreClaim claim_; // before any worker starts; given back once they have stopped
-  SharedStackPool shared_stacks_;
-  // Outlive the workers' caches, which give back to them.
-  RecordDepot records_{kRecordBytes};
+  SharedStackPool shared_stacks_; // outlives the workers' pools, which give back to it
   std::unique_ptr<Trace> trace_; // null unless tracing
   IoBackendChoice io_choice_;
   // Declared before the workers: destroyed after them (a worker's reactor
