@@ -37,7 +37,7 @@ struct WaitInfo {
   const char* what = nullptr;   // a string literal
   const void* object = nullptr;
   std::int64_t arg = 0;
-  std::uint64_t since_ns = 0;   // steady clock when it parked
+  std::uint64_t since_ns = 0;   // steady clock when it parked (coarse: as of the last kernel tick)
   const void* frame = nullptr;  // Worker::park's frame: where the dump's frame walk starts
 };
 

@@ -556,7 +556,7 @@ void Worker::park(const WaitInfo& why) {
   current_->ran_out = false;
   WaitInfo& w = current_->stack.header()->wait; // read by the dump while the fiber is parked
   w = why;
-  w.since_ns = now_ns();
+  w.since_ns = coarse_now_ns(); // for the dump only: a coarse read is a tenth of a precise one
   // The frame walk starts here, not at the saved context: the switch below
   // is built without frame pointers (it is on the yield path) and may use rbp
   // for data. Taking the address gives park() a frame of its own.
