@@ -76,9 +76,9 @@ struct Fiber {
 };
 
 /// The size of every recycled block: a fiber record, or a join block with a
-/// task that fits (kJoinBytes). Both are 120 bytes in a normal build (a
-/// 128-byte malloc chunk: glibc adds 8); a sanitizer build's fiber record is
-/// larger. One size, so one free list per worker serves both.
+/// task that fits (kJoinBytes). Both are 120 bytes in a normal build (128 in
+/// the depot's slabs, which align records to 16); a sanitizer build's fiber
+/// record is larger. One size, so one free list per worker serves both.
 inline constexpr std::size_t kRecordBytes = std::max((sizeof(Fiber) + 7) / 8 * 8, kJoinBytes);
 
 /// The process's depot of kRecordBytes blocks, shared by every runtime. Never

@@ -48,17 +48,17 @@ struct JoinRecord {
   static JoinRecord* of(const Task* t) noexcept;
 };
 
-/// Where the task lives behind the join record. Plain operator new (16-byte
-/// alignment) keeps the block in malloc's per-thread cache; an aligned new
-/// would take glibc's slow memalign path on every spawn.
+/// Where the task lives behind the join record: 16-byte alignment, what the
+/// depot's records have (record_cache.hpp) and what plain operator new gives
+/// a larger block (an aligned new would take glibc's slow memalign path).
 inline constexpr std::size_t kTaskAlign = alignof(std::max_align_t);
 inline constexpr std::size_t kTaskOffset = (sizeof(JoinRecord) + kTaskAlign - 1) / kTaskAlign * kTaskAlign;
 /// The smallest recyclable join block: room for tasks up to 72 bytes (a
 /// callable with a few captures and a small result). Recycled blocks are
 /// kRecordBytes (fiber.hpp), at least this; larger tasks use malloc.
 inline constexpr std::size_t kJoinBytes = kTaskOffset + 72;
-// A spawn's block is 120 bytes (a 128-byte malloc chunk); a larger record
-// would push every block into the next size class.
+// A spawn's block is 120 bytes (128 in a slab); a larger record would take
+// 16 bytes more of every block.
 static_assert(sizeof(JoinRecord) <= 48, "JoinRecord outgrew its 48 bytes");
 
 inline Task* JoinRecord::task() noexcept {

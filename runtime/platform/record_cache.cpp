@@ -2,6 +2,7 @@
 #include "platform/record_cache.hpp"
 
 #include <new>
+#include <utility>
 #include <sanitizer/asan_interface.h>
 #include <sys/mman.h>
 
@@ -66,19 +67,23 @@ void RecordDepot::carve(RecordChain& out) {
   }
 }
 
-RecordChain RecordDepot::take() {
-  std::lock_guard lk(mu_);
+// Kept batches first, then the loose records, then a new batch (mu_ held).
+RecordChain RecordDepot::take_locked() {
   RecordChain out;
   if (!batches_.empty()) {
     out = batches_.back();
     batches_.pop_back();
   } else if (loose_.count > 0) {
-    out = loose_;
-    loose_ = {};
+    std::swap(out, loose_);
   } else {
     carve(out);
   }
   return out;
+}
+
+RecordChain RecordDepot::take() {
+  std::lock_guard lk(mu_);
+  return take_locked();
 }
 
 void RecordDepot::give(RecordChain batch) noexcept {
@@ -93,14 +98,7 @@ void RecordDepot::give(RecordChain batch) noexcept {
 
 void* RecordDepot::take_one() {
   std::lock_guard lk(mu_);
-  if (loose_.count == 0) {
-    if (!batches_.empty()) {
-      loose_ = batches_.back();
-      batches_.pop_back();
-    } else {
-      carve(loose_);
-    }
-  }
+  if (loose_.count == 0) loose_ = take_locked();
   Node* n = pop(loose_);
   ASAN_UNPOISON_MEMORY_REGION(n, bytes_);
   return n;

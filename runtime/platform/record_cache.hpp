@@ -71,6 +71,7 @@ public:
 private:
   static constexpr std::size_t kSlabBytes = std::size_t{2} << 20;
   void carve(RecordChain& out); // a batch from the slab (mu_ held)
+  RecordChain take_locked();
   const std::size_t bytes_;
   mutable std::mutex mu_;
   std::vector<RecordChain> batches_; // guarded by mu_, as all below
