@@ -61,7 +61,7 @@ TEST_CASE("select moves items between cookies exactly once, with events, timeout
   Event producers_done, pulse;
   std::stop_source stop;
   std::vector<std::atomic<int>> seen(static_cast<std::size_t>(total) + 1);
-  std::atomic<int> wrong{0}, sent{0}, received{0}, stray{0};
+  std::atomic<int> wrong{0}, sent{0}, received{0}, stray{0}, pulses_seen{0};
   std::atomic<std::uint64_t> sent_sum{0}, received_sum{0};
   Tally tally;
   auto bad = [&](const char* what) {
@@ -206,6 +206,7 @@ TEST_CASE("select moves items between cookies exactly once, with events, timeout
         }
         if (r == 2) {
           tally.event.fetch_add(1);
+          pulses_seen.fetch_add(1);
           pulse.reset();
           if (got[0] || got[1]) bad("consumer: the event case was chosen but a recv case received");
           s.burn(2us);
@@ -259,6 +260,10 @@ TEST_CASE("select moves items between cookies exactly once, with events, timeout
   for (auto& f : relays) f.join();
   // Everything forwarded is on its way to a consumer; a lost item never comes.
   const bool all = wait_for([&] { return received.load() >= total; }, 10s);
+  // The items may all flow before any deadline passes (a slow sanitizer run,
+  // a timer checked late); the pulser's empty select_for must still time out
+  // and a consumer see its event before the stop, or that path went untested.
+  const bool pulsed = wait_for([&] { return pulses_seen.load() > 0; }, 10s);
   stop.request_stop();
   for (auto& f : rest) f.join();
   h.stop_rivals();
@@ -275,6 +280,7 @@ TEST_CASE("select moves items between cookies exactly once, with events, timeout
   INFO(received << " of " << total << " items received, " << missing << " missing, " << doubled << " doubled, " << stray
                 << " stray, " << left << " left in channels");
   CHECK(all);
+  CHECK(pulsed);
   CHECK(wrong == 0);
   CHECK(sent == total);
   CHECK(received == total);
