@@ -30,14 +30,16 @@ GemmInputs::GemmInputs() {
       for (std::size_t j = 0; j < gemm_n; ++j) checksum += double{a[i * gemm_n + k]} * b[k * gemm_n + j];
 }
 
-ComputeResult compute(const GemmInputs& in, Clock::time_point deadline) {
+ComputeResult compute(const GemmInputs& in, Clock::time_point deadline, unsigned preempt_rows) {
   PageMatrix c;
   ComputeResult r;
   do {
-    // A preemption point every quarter of a GEMM: a whole one takes 4-5 ms
-    // in the emulated SMT guest, and a request would wait that long for the core.
-    for (std::size_t row = 0; row < gemm_n; row += gemm_n / 4) {
-      gemm64_rows(in.a.data(), in.b.data(), c.data(), row, row + gemm_n / 4);
+    // A preemption point every `preempt_rows` rows: a woken request of the
+    // other tenant waits for the next one before the core turns to it (a
+    // whole GEMM takes 4-5 ms in the emulated SMT guest). A plain thread's
+    // preempt_point() does nothing: the kernel preempts it.
+    for (std::size_t row = 0; row < gemm_n; row += preempt_rows) {
+      gemm64_rows(in.a.data(), in.b.data(), c.data(), row, std::min(gemm_n, row + preempt_rows));
       this_fiber::preempt_point();
     }
     double sum = 0;
@@ -126,6 +128,9 @@ void add_options(CLI::App& sub, Settings& s) {
   sub.add_option("--request-fibers", s.request_fibers,
                  "Tenant B's request fibers, each with its own client fiber (default: two per PU)")
       ->check(CLI::Range(1u, 100000u));
+  sub.add_option("--preempt-rows", s.preempt_rows,
+                 "Tenant A's fibers call this_fiber::preempt_point() after every this many rows of a 64x64 GEMM")
+      ->capture_default_str()->check(CLI::Range(1u, static_cast<unsigned>(gemm_n)));
   sub.add_option("--reads", s.reads, "Random table reads per request")
       ->capture_default_str()->check(CLI::Range(1u, 1000000u));
   sub.add_option("--table-mb", s.table_mb, "Size of tenant B's in-memory table, MiB")
@@ -163,7 +168,7 @@ std::vector<JoinHandle<ComputeResult>> spawn_compute(Runtime& rt, const Settings
                                                      Clock::time_point deadline) {
   std::vector<JoinHandle<ComputeResult>> fibers;
   for (unsigned i = 0; i < s.compute_fibers; ++i)
-    fibers.push_back(rt.spawn([&sh, deadline] { return compute(sh.gemm, deadline); }, {.cookie = a}));
+    fibers.push_back(rt.spawn([&sh, &s, deadline] { return compute(sh.gemm, deadline, s.preempt_rows); }, {.cookie = a}));
   return fibers;
 }
 
@@ -299,7 +304,8 @@ void print_tenants_header(const Settings& s, const Runtime& rt, const std::strin
       {"policy", s.compare ? std::string("core_vruntime, then forceidle_balance (--compare)") : to_string(o.policy)},
       {"wakeup placement", to_string(o.placement)},
       {"slice", fmt::format("{} us", o.slice.count())},
-      {"tenant A", fmt::format("{} compute fibers, {}x{} float GEMMs, own cookie", s.compute_fibers, gemm_n, gemm_n)},
+      {"tenant A", fmt::format("{} compute fibers, {}x{} float GEMMs, a preemption point every {} rows, own cookie",
+                            s.compute_fibers, gemm_n, gemm_n, s.preempt_rows)},
       {"tenant B", fmt::format("{} request fibers + {} client fibers, {} random reads per request over a {} MiB table, "
                                "own cookie{}", s.request_fibers, s.request_fibers, s.reads, s.table_mb,
                                s.think_us ? fmt::format("; clients think {} us between requests (latency from when "
@@ -377,7 +383,7 @@ void write_settings(JsonWriter& j, const Settings& s) {
   j.field("compute_fibers", s.compute_fibers).field("request_fibers", s.request_fibers);
   j.field("client_fibers", s.request_fibers).field("reads_per_request", s.reads).field("table_mb", s.table_mb);
   j.field("think_us", s.think_us);
-  j.field("gemm_n", static_cast<unsigned>(gemm_n)).field("time_s", s.time_s).field("runs", s.runs);
+  j.field("gemm_n", static_cast<unsigned>(gemm_n)).field("preempt_rows", s.preempt_rows).field("time_s", s.time_s).field("runs", s.runs);
   j.field("compare", s.compare).field("compare_kernel", s.compare_kernel);
   j.key("weights").begin_object().field("set", s.weights.has_value()).field("a", s.weight(0)).field("b", s.weight(1));
   j.field("expected_a_share_pct", s.expected_a_share_pct()).end_object();

@@ -29,6 +29,7 @@ inline constexpr double percentiles[] = {50, 95, 99, 99.9};
 struct Settings {
   unsigned compute_fibers = 0; ///< 0: two per PU
   unsigned request_fibers = 0; ///< 0: two per PU
+  unsigned preempt_rows = 1; ///< tenant A's preemption points: every this many GEMM rows
   unsigned reads = 16;
   unsigned table_mb = 256;
   unsigned think_us = 0; ///< > 0: each client sleeps this long between requests
@@ -64,9 +65,9 @@ struct ComputeResult {
   std::uint64_t bad = 0; ///< results whose checksum is wrong
 };
 
-/// GEMMs until the deadline or an interrupt, a preemption point after each
-/// (nothing on a plain thread).
-ComputeResult compute(const GemmInputs& in, Clock::time_point deadline);
+/// GEMMs until the deadline or an interrupt, a preemption point after every
+/// `preempt_rows` rows (nothing on a plain thread).
+ComputeResult compute(const GemmInputs& in, Clock::time_point deadline, unsigned preempt_rows);
 
 // ------------------------------------------------------------------ tenant B: requests
 

@@ -127,7 +127,7 @@ Run kernel_run(const Settings& s, const Shared& sh, const std::vector<unsigned>&
   for (unsigned i = 0; i < s.compute_fibers; ++i)
     threads.emplace_back([&, i] {
       prep.prepare(a, i == 0);
-      computed[i] = measured(usage_a[i], [&] { return compute(sh.gemm, deadline); });
+      computed[i] = measured(usage_a[i], [&] { return compute(sh.gemm, deadline, s.preempt_rows); });
     });
   for (unsigned i = 0; i < s.request_fibers; ++i) {
     threads.emplace_back([&, i] {

@@ -146,8 +146,10 @@ def tenants(bench):
     assert ratios and all(v > 0 for v in ratios.values()), ratios
     # --think-us: the clients sleep between requests; the field reaches the JSON and requests still complete.
     t = run_json(bench, ["tenants", "--topology", SYNTHETIC, "--time", "0.4", "--runs", "1", "--table-mb", "8",
-                         "--compute-fibers", "2", "--request-fibers", "2", "--think-us", "200"])
+                         "--compute-fibers", "2", "--request-fibers", "2", "--think-us", "200",
+                         "--preempt-rows", "16"])
     assert t["think_us"] == 200, t["think_us"]
+    assert t["preempt_rows"] == 16, t["preempt_rows"]
     tr = t["policies"][0]["runs"][0]
     assert tr["requests"] > 0 and tr["bad_results"] == 0, tr
     # 2 clients, each at most one request per 200 us think: at most 10,000 req/s (a closed loop does ~250,000).
@@ -168,6 +170,8 @@ def tenants(bench):
     rejects(bench, ["tenants", "--compare", "--policy", "core_vruntime"], "--compare with --policy")
     rejects(bench, ["tenants", "--reads", "0"], "no reads")
     rejects(bench, ["tenants", "--think-us", "-1"], "negative think time")
+    rejects(bench, ["tenants", "--preempt-rows", "0"], "no rows between preemption points")
+    rejects(bench, ["tenants", "--preempt-rows", "65"], "more rows than a GEMM has")
     return f"req/s ratio {ratios['requests_per_s']:.2f}"
 
 
