@@ -123,8 +123,12 @@ namespace {
 // ------------------------------------------------------------------ command line
 
 void add_options(CLI::App& sub, Settings& s) {
-  sub.add_option("--compute-fibers", s.compute_fibers, "Tenant A's GEMM fibers (default: two per PU)")
-      ->check(CLI::Range(1u, 100000u));
+  auto* compute = sub.add_option("--compute-fibers", s.compute_fibers, "Tenant A's GEMM fibers (default: two per PU)")
+                      ->check(CLI::Range(1u, 100000u));
+  sub.add_flag("--requests-alone", s.requests_alone,
+               "Run tenant B without tenant A: the latency its requests have with the cores to themselves, the floor "
+               "under the table with both")
+      ->excludes(compute);
   sub.add_option("--request-fibers", s.request_fibers,
                  "Tenant B's request fibers, each with its own client fiber (default: two per PU)")
       ->check(CLI::Range(1u, 100000u));
@@ -304,8 +308,9 @@ void print_tenants_header(const Settings& s, const Runtime& rt, const std::strin
       {"policy", s.compare ? std::string("core_vruntime, then forceidle_balance (--compare)") : to_string(o.policy)},
       {"wakeup placement", to_string(o.placement)},
       {"slice", fmt::format("{} us", o.slice.count())},
-      {"tenant A", fmt::format("{} compute fibers, {}x{} float GEMMs, a preemption point every {} rows, own cookie",
-                            s.compute_fibers, gemm_n, gemm_n, s.preempt_rows)},
+      {"tenant A", s.requests_alone ? std::string("none (--requests-alone)")
+                                    : fmt::format("{} compute fibers, {}x{} float GEMMs, a preemption point every {} "
+                                                  "rows, own cookie", s.compute_fibers, gemm_n, gemm_n, s.preempt_rows)},
       {"tenant B", fmt::format("{} request fibers + {} client fibers, {} random reads per request over a {} MiB table, "
                                "own cookie{}", s.request_fibers, s.request_fibers, s.reads, s.table_mb,
                                s.think_us ? fmt::format("; clients think {} us between requests (latency from when "
@@ -380,7 +385,8 @@ void write_ratios(JsonWriter& j, std::string_view key, const std::optional<Ratio
 }
 
 void write_settings(JsonWriter& j, const Settings& s) {
-  j.field("compute_fibers", s.compute_fibers).field("request_fibers", s.request_fibers);
+  j.field("compute_fibers", s.compute_fibers).field("requests_alone", s.requests_alone);
+  j.field("request_fibers", s.request_fibers);
   j.field("client_fibers", s.request_fibers).field("reads_per_request", s.reads).field("table_mb", s.table_mb);
   j.field("think_us", s.think_us);
   j.field("gemm_n", static_cast<unsigned>(gemm_n)).field("preempt_rows", s.preempt_rows).field("time_s", s.time_s).field("runs", s.runs);
@@ -473,7 +479,7 @@ int run(Settings s) {
       "tenants", s.json_path, runtimes,
       [&](const Runtime& rt) {
         const auto pus = static_cast<unsigned>(rt.topology().pus().size());
-        if (!s.compute_fibers) s.compute_fibers = 2 * pus;
+        if (!s.compute_fibers && !s.requests_alone) s.compute_fibers = 2 * pus;
         if (!s.request_fibers) s.request_fibers = 2 * pus;
         print_tenants_header(s, rt, kernel_why);
         if (kernel && !rt.topology().real_siblings())

@@ -27,7 +27,8 @@ using Clock = std::chrono::steady_clock;
 inline constexpr double percentiles[] = {50, 95, 99, 99.9};
 
 struct Settings {
-  unsigned compute_fibers = 0; ///< 0: two per PU
+  unsigned compute_fibers = 0; ///< 0: two per PU (none with requests_alone)
+  bool requests_alone = false; ///< tenant B without tenant A: its latency with the cores to itself
   unsigned request_fibers = 0; ///< 0: two per PU
   unsigned preempt_rows = 1; ///< tenant A's preemption points: every this many GEMM rows
   unsigned reads = 16;

@@ -170,6 +170,15 @@ def tenants(bench):
     rejects(bench, ["tenants", "--compare", "--policy", "core_vruntime"], "--compare with --policy")
     rejects(bench, ["tenants", "--reads", "0"], "no reads")
     rejects(bench, ["tenants", "--think-us", "-1"], "negative think time")
+    # --requests-alone: tenant B without tenant A, on both sides where the kernel's side runs.
+    alone = run_json(bench, ["tenants", "--topology", SYNTHETIC, "--time", "0.4", "--runs", "1", "--table-mb", "8",
+                             "--request-fibers", "2", "--think-us", "200", "--requests-alone", "--compare-kernel"])
+    assert alone["requests_alone"] is True and alone["compute_fibers"] == 0, alone
+    ar = alone["policies"][0]["runs"][0]
+    assert ar["requests"] > 0 and ar["gemms"] == 0 and ar["bad_results"] == 0, ar
+    if alone["kernel"]["available"]:
+        assert alone["kernel"]["runs"][0]["requests"] > 0 and alone["kernel"]["runs"][0]["gemms"] == 0, alone["kernel"]
+    rejects(bench, ["tenants", "--requests-alone", "--compute-fibers", "2"], "--requests-alone with compute fibers")
     rejects(bench, ["tenants", "--preempt-rows", "0"], "no rows between preemption points")
     rejects(bench, ["tenants", "--preempt-rows", "65"], "more rows than a GEMM has")
     return f"req/s ratio {ratios['requests_per_s']:.2f}"
