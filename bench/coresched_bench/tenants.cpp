@@ -125,10 +125,10 @@ namespace {
 void add_options(CLI::App& sub, Settings& s) {
   auto* compute = sub.add_option("--compute-fibers", s.compute_fibers, "Tenant A's GEMM fibers (default: two per PU)")
                       ->check(CLI::Range(1u, 100000u));
-  sub.add_flag("--requests-alone", s.requests_alone,
-               "Run tenant B without tenant A: the latency its requests have with the cores to themselves, the floor "
-               "under the table with both")
-      ->excludes(compute);
+  auto* alone = sub.add_flag("--requests-alone", s.requests_alone,
+                             "Run tenant B without tenant A: the latency its requests have with the cores to "
+                             "themselves, the floor under the table with both")
+                    ->excludes(compute);
   sub.add_option("--request-fibers", s.request_fibers,
                  "Tenant B's request fibers, each with its own client fiber (default: two per PU)")
       ->check(CLI::Range(1u, 100000u));
@@ -158,6 +158,8 @@ void add_options(CLI::App& sub, Settings& s) {
                "kernel core-scheduling cookie per tenant (PR_SCHED_CORE) and, with --weights, nice values of the same "
                "ratio, interleaved run by run; skipped where the kernel lacks CONFIG_SCHED_CORE")
       ->excludes("--compare");
+  // Options about tenant A, or about the two tenants' split, mean nothing without it.
+  alone->excludes("--preempt-rows")->excludes("--weights")->excludes("--compare");
 }
 
 // ------------------------------------------------------------------ one run
@@ -347,19 +349,24 @@ std::string render(const Settings& s, const std::vector<Result>& rs) {
     add(to_string(r.policy), r, true);
     if (r.kernel) add("kernel", *r.kernel, false);
   }
+  if (s.requests_alone) return "\n" + t.render(); // no tenant A: no shares to give
   return "\n" + t.render() + "\ntenant A's share of the cores (B has the rest):\n" + shares.render();
 }
 
-/// One side's figures over another's, averages over runs.
+/// One side's figures over another's, averages over runs; no GEMM ratio
+/// where the other side ran none (--requests-alone).
 struct Ratios {
-  double throughput, latency_avg, latency_p95, latency_p99, latency_p999, gemms;
+  double throughput, latency_avg, latency_p95, latency_p99, latency_p999;
+  std::optional<double> gemms;
 };
 
 Ratios ratios(const Runs& ours, const Runs& theirs) {
   auto ratio = [](const Summary& a, const Summary& b) { return b.avg == 0 ? 0.0 : a.avg / b.avg; };
   return Ratios{ratio(ours.requests_per_s(), theirs.requests_per_s()), ratio(ours.latency_avg(), theirs.latency_avg()),
                 ratio(ours.latency_p95(), theirs.latency_p95()), ratio(ours.latency_at(99), theirs.latency_at(99)),
-                ratio(ours.latency_at(99.9), theirs.latency_at(99.9)), ratio(ours.gemms_per_s(), theirs.gemms_per_s())};
+                ratio(ours.latency_at(99.9), theirs.latency_at(99.9)),
+                theirs.gemms_per_s().avg == 0 ? std::nullopt
+                                              : std::optional(ratio(ours.gemms_per_s(), theirs.gemms_per_s()))};
 }
 
 /// core_vruntime over forceidle_balance, as the original comparison has them.
@@ -381,7 +388,11 @@ void write_ratios(JsonWriter& j, std::string_view key, const std::optional<Ratio
   }
   j.key(key).begin_object().field("requests_per_s", q->throughput).field("latency_avg", q->latency_avg);
   j.field("latency_p95", q->latency_p95).field("latency_p99", q->latency_p99).field("latency_p999", q->latency_p999);
-  j.field("gemms_per_s", q->gemms).end_object();
+  if (q->gemms)
+    j.field("gemms_per_s", *q->gemms);
+  else
+    j.key("gemms_per_s").null();
+  j.end_object();
 }
 
 void write_settings(JsonWriter& j, const Settings& s) {
@@ -458,13 +469,13 @@ bool results_ok(const std::vector<Result>& rs) {
 }
 
 void print_ratios(const std::vector<Result>& rs) {
+  auto gemms = [](const Ratios& q) { return q.gemms ? fmt::format("; GEMM/s {:.3f}", *q.gemms) : std::string(); };
   if (const auto q = policy_ratios(rs))
-    std::printf("\ncore_vruntime / forceidle_balance: req/s %.3f, latency avg %.3f, p95 %.3f, GEMM/s %.3f\n",
-                q->throughput, q->latency_avg, q->latency_p95, q->gemms);
+    std::printf("\ncore_vruntime / forceidle_balance: req/s %.3f, latency avg %.3f, p95 %.3f%s\n", q->throughput,
+                q->latency_avg, q->latency_p95, gemms(*q).c_str());
   if (const auto q = kernel_ratios(rs))
-    std::printf("\ncoresched / kernel, same invocation: request latency p99 %.3f, p99.9 %.3f, avg %.3f; "
-                "req/s %.3f; GEMM/s %.3f\n",
-                q->latency_p99, q->latency_p999, q->latency_avg, q->throughput, q->gemms);
+    std::printf("\ncoresched / kernel, same invocation: request latency p99 %.3f, p99.9 %.3f, avg %.3f; req/s %.3f%s\n",
+                q->latency_p99, q->latency_p999, q->latency_avg, q->throughput, gemms(*q).c_str());
 }
 
 int run(Settings s) {

@@ -12,6 +12,10 @@ namespace coresched::detail {
 class LocalQueue {
 public:
   bool empty() const noexcept { return list_.empty(); }
+  /// For the fiber dump, from another thread without a lock: may be a moment
+  /// stale. Reads the head itself: a call to empty() that is not inlined (at
+  /// -O1) would be instrumented, and TSan would report the dump's read.
+  __attribute__((no_sanitize_thread)) bool racy_empty() const noexcept { return list_.head == nullptr; }
   /// Fibers queued that are not pinned to this worker (others could run them).
   unsigned unpinned() const noexcept { return unpinned_; }
   /// Queues `f` in vtime order, as if its vtime were `key`.

@@ -15,7 +15,7 @@ __attribute__((noinline)) void Worker::open_segment(std::uint64_t cookie) { book
 // No lock and deliberately racy: see View. (TSan is told not to look.)
 __attribute__((no_sanitize_thread)) Worker::View Worker::view() const noexcept {
   const CookieBooks::Span s = books_.racy_span();
-  return {current_, idle_, books_.racy_forced(), s.since, s.wanted, s.blocker, !local_.empty()};
+  return {current_, idle_, books_.racy_forced(), s.since, s.wanted, s.blocker, !local_.racy_empty()};
 }
 
 void Worker::collect(std::unordered_map<std::uint64_t, CookieStats>& cookies, WorkerStats& ws) {

@@ -37,6 +37,7 @@ struct Item {
 
 struct Tally {
   std::atomic<int> recv{0}, send{0}, event{0}, timed_out{0}, stopped{0}, none{0};
+  std::atomic<int> drained_timeouts{0}; // the relays' selects on the drained inputs
 };
 
 } // namespace
@@ -45,7 +46,8 @@ struct Tally {
 // (unbuffered and buffered) with select_for; relays (cookie C) select over
 // both inputs and a "producers done" event with select_for, forward each item
 // to one of two output channels with select_until, and drain the inputs with
-// try_select once the event is set; consumers (A and B) select over both
+// try_select once the event is set, then time out on the drained inputs
+// with select_until and select_for; consumers (A and B) select over both
 // outputs and a pulse event (set by a C fiber that sleeps in empty
 // select_for calls) with no deadline, until a plain thread stops their token.
 TEST_CASE("select moves items between cookies exactly once, with events, timeouts and stop tokens",
@@ -188,6 +190,18 @@ TEST_CASE("select moves items between cookies exactly once, with events, timeout
       }
       took(r, got);
     }
+    // The inputs are empty for good now (the producers are joined, and the
+    // other relay takes nothing new): selects on them time out, by deadline
+    // and by duration, however fast the items flowed above.
+    std::optional<Item> got[2];
+    const int by_deadline = s.around([&] {
+      return select_until({recv_case(in0, got[0]), recv_case(in1, got[1])}, Clock::now());
+    });
+    const int by_duration = s.around([&] { return select_for({recv_case(in0, got[0]), recv_case(in1, got[1])}, 50us); });
+    if (by_deadline != kSelectTimedOut || by_duration != kSelectTimedOut || got[0] || got[1])
+      bad("relay: a select on the drained inputs did not time out, or received");
+    else
+      tally.drained_timeouts.fetch_add(2);
   };
 
   auto consumer = [&](Cookie mine) {
@@ -295,6 +309,7 @@ TEST_CASE("select moves items between cookies exactly once, with events, timeout
   CHECK(tally.send > 0);
   CHECK(tally.event > 0);
   CHECK(tally.timed_out > 0);
+  CHECK(tally.drained_timeouts == 4);
   CHECK(tally.stopped == 3);
   CHECK(tally.none > 0);
   CHECK_ISOLATED(h);

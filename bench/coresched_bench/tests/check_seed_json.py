@@ -158,6 +158,7 @@ def tenants(bench):
     k = run_json(bench, ["tenants", "--topology", SYNTHETIC, "--time", "0.4", "--runs", "1", "--table-mb", "8",
                          "--compute-fibers", "2", "--request-fibers", "2", "--compare-kernel"])
     assert k["compare_kernel"] is True, k["compare_kernel"]
+    assert k["preempt_rows"] == 1, k["preempt_rows"]  # the default: a preemption point after every GEMM row
     if k["kernel"]["available"]:
         kr = k["kernel"]["runs"]
         assert len(kr) == 1 and kr[0]["requests"] > 0 and kr[0]["gemms"] > 0 and kr[0]["bad_results"] == 0, kr
@@ -178,7 +179,11 @@ def tenants(bench):
     assert ar["requests"] > 0 and ar["gemms"] == 0 and ar["bad_results"] == 0, ar
     if alone["kernel"]["available"]:
         assert alone["kernel"]["runs"][0]["requests"] > 0 and alone["kernel"]["runs"][0]["gemms"] == 0, alone["kernel"]
-    rejects(bench, ["tenants", "--requests-alone", "--compute-fibers", "2"], "--requests-alone with compute fibers")
+        # No GEMMs on either side: no GEMM ratio (null), the latency ratios as usual.
+        q = alone["coresched_over_kernel"]
+        assert q["gemms_per_s"] is None and q["latency_p99"] > 0, q
+    for other in (["--compute-fibers", "2"], ["--preempt-rows", "4"], ["--weights", "300:100"], ["--compare"]):
+        rejects(bench, ["tenants", "--requests-alone", *other], f"--requests-alone with {other[0]}")
     rejects(bench, ["tenants", "--preempt-rows", "0"], "no rows between preemption points")
     rejects(bench, ["tenants", "--preempt-rows", "65"], "more rows than a GEMM has")
     return f"req/s ratio {ratios['requests_per_s']:.2f}"
