@@ -318,8 +318,10 @@ void print_tenants_header(const Settings& s, const Runtime& rt, const std::strin
                                s.think_us ? fmt::format("; clients think {} us between requests (latency from when "
                                                         "each was due)", s.think_us)
                                           : std::string())},
-      {"weights", fmt::format("A {} : B {}{} (A's expected share where both have work: {:.1f}%)", s.weight(0),
-                              s.weight(1), s.weights ? "" : " (default)", s.expected_a_share_pct())},
+      {"weights", s.requests_alone ? std::string("- (no tenant A to share with)")
+                                   : fmt::format("A {} : B {}{} (A's expected share where both have work: {:.1f}%)",
+                                                 s.weight(0), s.weight(1), s.weights ? "" : " (default)",
+                                                 s.expected_a_share_pct())},
       {"run length", fmt::format("{} s x {} run(s){}", s.time_s, s.runs, s.compare ? " per policy" : "")},
       {"kernel", !s.compare_kernel   ? std::string("not compared (--compare-kernel)")
                  : kernel_why.empty() ? std::string("the same tenants as plain threads with kernel cookies, after each "
@@ -400,7 +402,8 @@ void write_settings(JsonWriter& j, const Settings& s) {
   j.field("request_fibers", s.request_fibers);
   j.field("client_fibers", s.request_fibers).field("reads_per_request", s.reads).field("table_mb", s.table_mb);
   j.field("think_us", s.think_us);
-  j.field("gemm_n", static_cast<unsigned>(gemm_n)).field("preempt_rows", s.preempt_rows).field("time_s", s.time_s).field("runs", s.runs);
+  j.field("gemm_n", static_cast<unsigned>(gemm_n)).field("preempt_rows", s.preempt_rows);
+  j.field("time_s", s.time_s).field("runs", s.runs);
   j.field("compare", s.compare).field("compare_kernel", s.compare_kernel);
   j.key("weights").begin_object().field("set", s.weights.has_value()).field("a", s.weight(0)).field("b", s.weight(1));
   j.field("expected_a_share_pct", s.expected_a_share_pct()).end_object();
