@@ -87,11 +87,30 @@ std::uint64_t Worker::thread_cpu_ns() const noexcept {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-// /proc/<tid>/syscall reads "running", "-1 ..." (blocked outside a system
-// call) or the number of the call the thread is blocked in, then its
-// arguments. A futex wait is a lock (the application's, the C++ runtime's, a
-// sanitizer's): its holder is what to look at, and a sanitizer's slowed code
-// held such locks for tens of ms, so it is left out.
+// A futex wait is a lock (the application's, the C++ runtime's, a
+// sanitizer's), and the calls that change the memory map wait only for the
+// process's memory-map lock (the runtime maps and returns fiber stacks
+// between fibers, a sanitizer its shadow): the lock's holder is what to look
+// at. On a loaded machine a holder descheduled for tens of ms had a worker
+// reported as blocked in madvise by the fiber it had just switched from.
+bool Worker::blocks_worker(long syscall_nr) noexcept {
+  switch (syscall_nr) {
+  case SYS_futex:
+  case SYS_mmap:
+  case SYS_munmap:
+  case SYS_mprotect:
+  case SYS_madvise:
+  case SYS_mremap:
+  case SYS_brk:
+    return false;
+  default:
+    return syscall_nr >= 0;
+  }
+}
+
+// /proc/<tid>/syscall reads "running" (also while it waits for a CPU),
+// "-1 ..." (blocked outside a system call) or the number of the call the
+// thread is blocked in, then its arguments.
 int Worker::blocking_syscall() const noexcept {
   char path[64], text[64];
   std::snprintf(path, sizeof path, "/proc/self/task/%d/syscall", static_cast<int>(tid_));
@@ -103,7 +122,7 @@ int Worker::blocking_syscall() const noexcept {
   text[n] = '\0';
   char* end = nullptr;
   const long nr = std::strtol(text, &end, 10);
-  if (end == text || nr < 0 || nr == SYS_futex) return -1;
+  if (end == text || !blocks_worker(nr)) return -1;
   return static_cast<int>(nr);
 }
 

@@ -218,9 +218,12 @@ public:
   /// CPU time this worker's thread has used (a syscall; callable from any thread).
   std::uint64_t thread_cpu_ns() const noexcept;
   /// The system call the worker's thread is blocked in now (its number), or
-  /// -1 if it runs, waits for a CPU, or waits on a futex (a lock): callable
-  /// from any thread; reads one /proc file.
+  /// -1 if it runs, waits for a CPU, or waits in a call that blocks_worker()
+  /// leaves out: callable from any thread; reads one /proc file.
   int blocking_syscall() const noexcept;
+  /// Whether a thread asleep in system call `syscall_nr` is blocked by it (a
+  /// stall to report), rather than waiting for a lock another thread holds.
+  static bool blocks_worker(long syscall_nr) noexcept;
   std::atomic<std::uint64_t> stalls{0};
   std::atomic<std::uint64_t> rescued{0}; // fibers the ticker moved off this worker (rescue.cpp)
 

@@ -2,6 +2,7 @@
 // Stack overflow reports and stall reports.
 #include "test_support.hpp"
 #include "platform/log.hpp"
+#include "sched/worker.hpp" // Worker::blocks_worker
 
 #include <coresched/coresched.hpp>
 
@@ -16,6 +17,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -149,6 +151,21 @@ TEST_CASE("a fiber that blocks its worker in a system call is reported, though i
   CHECK(logged.find("blocked worker") != std::string::npos);
   CHECK(logged.find("(dns)") != std::string::npos);
   CHECK(logged.find("blocking_call") != std::string::npos); // the way out
+}
+
+// A worker asleep in a call that waits for the process's memory-map lock
+// (its own stack mapping, a sanitizer's shadow) or in a futex is held by
+// another thread, not by the fiber that ran last: no stall is reported.
+TEST_CASE("a worker waiting for a lock in the kernel is not reported as blocked by its fiber", "[safety]") {
+  for (long nr : {SYS_futex, SYS_mmap, SYS_munmap, SYS_mprotect, SYS_madvise, SYS_mremap, SYS_brk}) {
+    INFO("system call " << nr);
+    CHECK_FALSE(detail::Worker::blocks_worker(nr));
+  }
+  for (long nr : {SYS_read, SYS_nanosleep, SYS_clock_nanosleep, SYS_recvfrom, SYS_connect, SYS_poll, SYS_epoll_wait}) {
+    INFO("system call " << nr);
+    CHECK(detail::Worker::blocks_worker(nr));
+  }
+  CHECK_FALSE(detail::Worker::blocks_worker(-1)); // blocked outside a system call
 }
 
 TEST_CASE("the same call through blocking_call is not reported: the worker goes on", "[safety][blocking]") {
