@@ -8,10 +8,12 @@
 // stack would cost an mmap, an mprotect and, once given back, a munmap, each
 // taking the process's mmap lock for writing. Where the kernel has no guard
 // markers the guard page is mprotect'ed (two mappings per stack, as odd-sized
-// stacks always have). Stacks given back beyond what the pools keep return
-// their memory kReleaseBatch at a time, neighbours in one MADV_DONTNEED (which
-// keeps the guards): each call flushes every CPU's TLB, and one per stack
-// made draining a hundred thousand parked fibers cost ~40 us per fiber.
+// stacks always have). A slab's guards are installed together when it is
+// mapped. Stacks given back beyond what the pools keep return their memory
+// kReleaseBatch at a time with MADV_DONTNEED (which keeps the guards), the
+// batch's ranges in one system call where the kernel allows (stack_pool.cpp):
+// each call flushes every CPU's TLB, and one per stack made draining a
+// hundred thousand parked fibers cost ~40 us per fiber.
 #pragma once
 
 #include "fiber/stack_header.hpp"
@@ -20,6 +22,7 @@
 #include <chrono>
 #include <cstddef>
 #include <mutex>
+#include <sys/uio.h>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -43,6 +46,9 @@ namespace testing {
 /// Test-only: while positive, each stack allocation fails (std::bad_alloc) and
 /// decrements it, as when mmap meets vm.max_map_count.
 extern std::atomic<int> fail_stack_allocations;
+/// Test-only: advise ranges one madvise at a time, as where the kernel
+/// refuses process_madvise on the process itself (before Linux 6.15).
+extern std::atomic<bool> advise_one_range_at_a_time;
 } // namespace testing
 
 /// The bytes mapped for a fiber that asked for `asked` (whole pages): twice
@@ -102,8 +108,10 @@ public:
   void unmap(Stack s) noexcept;
   /// Stacks per slab.
   static constexpr std::size_t kSlabStacks = 64;
-  /// Slots whose memory is given back in one go.
-  static constexpr std::size_t kReleaseBatch = 64;
+  /// Slots whose memory is given back in one go: enough that the slots of
+  /// fibers retired in turn on different workers meet their neighbours and
+  /// go back as one range (at 64, each worker's batch held every other slot).
+  static constexpr std::size_t kReleaseBatch = 512;
   /// Calls `fn(const StackHeader&)` for every mapped stack, with the list
   /// locked (no stack is unmapped meanwhile). False if the lock stayed busy
   /// for `patience_ms` (the dump never waits long on a stuck runtime).
@@ -123,6 +131,7 @@ private:
   std::vector<std::pair<char*, std::size_t>> slabs_; // base, bytes
   std::vector<Stack> to_release_;    // given back, memory not yet: carved first
   std::vector<Stack> slots_;         // carved before, memory given back, free again
+  std::vector<iovec> runs_;          // release_batch()'s ranges (reserved: it cannot allocate)
   char* next_slot_ = nullptr;        // the newest slab's first slot never carved
   char* slab_end_ = nullptr;
   bool guard_markers_ = true;        // MADV_GUARD_INSTALL works here (else mprotect)

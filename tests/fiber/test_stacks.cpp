@@ -243,6 +243,14 @@ TEST_CASE("parked fibers share a mapping per slab of stacks, not two mappings ea
 }
 
 TEST_CASE("a slab stack keeps its guard page after its memory is given back and it is carved again", "[stack]") {
+  // Both ways of advising many ranges: one process_madvise, or (on kernels
+  // that refuse it) a madvise each.
+  const bool one_at_a_time = GENERATE(false, true);
+  INFO((one_at_a_time ? "a madvise per range" : "process_madvise where the kernel takes it"));
+  detail::testing::advise_one_range_at_a_time = one_at_a_time;
+  struct Restore {
+    ~Restore() { detail::testing::advise_one_range_at_a_time = false; }
+  } restore;
   detail::SharedStackPool pool(64 * 1024);
   std::vector<detail::Stack> stacks;
   for (std::size_t i = 0; i < detail::SharedStackPool::kReleaseBatch; ++i) stacks.push_back(pool.map(64 * 1024));
@@ -253,4 +261,13 @@ TEST_CASE("a slab stack keeps its guard page after its memory is given back and 
   CHECK(write_faults(static_cast<char*>(again.base) - 1));
   CHECK_FALSE(write_faults(again.base));
   pool.unmap(again);
+  // A new slab's slots, all guarded at once when it was mapped.
+  detail::SharedStackPool fresh(64 * 1024);
+  for (std::size_t i = 0; i < detail::SharedStackPool::kSlabStacks; ++i) stacks[i] = fresh.map(64 * 1024);
+  for (std::size_t i = 0; i < detail::SharedStackPool::kSlabStacks; i += i + 1 < 60 ? 9 : 1) { // 0, 9, ..., 54, 60..63
+    INFO("stack " << i);
+    CHECK(write_faults(static_cast<char*>(stacks[i].base) - 1));
+    CHECK_FALSE(write_faults(stacks[i].base));
+  }
+  for (std::size_t i = 0; i < detail::SharedStackPool::kSlabStacks; ++i) fresh.unmap(stacks[i]);
 }
