@@ -2,13 +2,15 @@
 #include "fiber/stack_pool.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <span>
 #include <utility>
 #include <sanitizer/asan_interface.h>
-#include <climits>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -72,27 +74,40 @@ SharedStackPool::~SharedStackPool() {
 #ifndef MADV_GUARD_INSTALL
 #define MADV_GUARD_INSTALL 102 // Linux 6.13; older headers lack it
 #endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 // Linux 5.14
+#endif
 
 namespace {
 constexpr int kPidfdSelf = -10001; // PIDFD_SELF_THREAD_GROUP (Linux 6.15); older headers lack it
 
 // One advice over many ranges. A call per range, starting and finishing
-// 100,000 parked fibers made 190,000 madvise calls, each flushing every CPU's
-// TLB: ~10 us a fiber each way. process_madvise on the process itself
-// (PIDFD_SELF: Linux 6.15; older kernels refuse it) takes them all in one
-// call (and, on recent kernels, one flush); where it is refused, each range
-// gets its madvise. False if a range's advice failed.
-bool advise(std::vector<iovec>& ranges, int advice) noexcept {
-  for (std::size_t done = 0; done < ranges.size() && !testing::advise_one_range_at_a_time.load();) {
+// 100,000 parked fibers made 190,000 madvise calls (each give-back flushing
+// every CPU's TLB): ~10 us a fiber each way. process_madvise on the process
+// itself (PIDFD_SELF_THREAD_GROUP: Linux 6.15; older kernels refuse it) takes
+// them all in one call (and, on recent kernels, one flush); where it is
+// refused, each range gets its madvise. False if a range's advice failed.
+bool advise(std::span<iovec> ranges, int advice) noexcept {
+  std::size_t done = 0; // ranges advised (the next one may be in part: its base moved up)
+  while (done < ranges.size() && !testing::advise_one_range_at_a_time.load(std::memory_order_relaxed)) {
     const std::size_t n = std::min<std::size_t>(ranges.size() - done, IOV_MAX);
-    std::size_t bytes = 0;
-    for (std::size_t i = done; i < done + n; ++i) bytes += ranges[i].iov_len;
-    if (syscall(SYS_process_madvise, kPidfdSelf, &ranges[done], n, advice, 0) != static_cast<long>(bytes)) break;
-    done += n;
-    if (done == ranges.size()) return true;
+    const long r = syscall(SYS_process_madvise, kPidfdSelf, &ranges[done], n, advice, 0);
+    if (r <= 0) break;
+    // A short count (at most MAX_RW_COUNT bytes a call) goes on where it stopped.
+    for (auto left = static_cast<std::size_t>(r); left > 0 && done < ranges.size();) {
+      iovec& v = ranges[done];
+      if (left < v.iov_len) {
+        v.iov_base = static_cast<char*>(v.iov_base) + left;
+        v.iov_len -= left;
+        left = 0;
+      } else {
+        left -= v.iov_len;
+        ++done;
+      }
+    }
   }
-  bool ok = true; // advice is idempotent: ranges already advised may be again
-  for (const iovec& r : ranges) ok = madvise(r.iov_base, r.iov_len, advice) == 0 && ok;
+  bool ok = true;
+  for (std::size_t i = done; i < ranges.size(); ++i) ok = madvise(ranges[i].iov_base, ranges[i].iov_len, advice) == 0 && ok;
   return ok;
 }
 } // namespace
@@ -116,12 +131,19 @@ Stack SharedStackPool::carve() {
     slabs_.emplace_back(static_cast<char*>(p), bytes);
     next_slot_ = static_cast<char*>(p);
     slab_end_ = next_slot_ + bytes;
-    // Every slot's guard page at once, as markers where the kernel has them.
-    if (guard_markers_) {
-      std::vector<iovec> guards;
-      for (char* g = next_slot_; g != slab_end_; g += slot) guards.push_back({g, ps});
-      guard_markers_ = advise(guards, MADV_GUARD_INSTALL);
+    // Every slot's guard page at once, as markers where the kernel has them,
+    // and every slot's top page (its fiber's header and first frames) made
+    // resident at once: a fault per fresh stack cost up to twice as much as
+    // one call for all, in a VM. Before Linux 5.14 (no MADV_POPULATE_WRITE)
+    // they fault in on first use.
+    std::array<iovec, kSlabStacks> guards, tops; // no allocation between the mmap and the guards
+    for (std::size_t i = 0; i < kSlabStacks; ++i) {
+      char* g = next_slot_ + i * slot;
+      guards[i] = {g, ps};
+      tops[i] = {g + slot - ps, ps};
     }
+    if (guard_markers_) guard_markers_ = advise(guards, MADV_GUARD_INSTALL);
+    advise(tops, MADV_POPULATE_WRITE);
   }
   char* guard = next_slot_;
   // Without markers the guard page is PROT_NONE (an mprotect that fails, at
@@ -182,28 +204,43 @@ void SharedStackPool::unmap(Stack s) noexcept {
   // A slab's slot: its memory goes back to the kernel with the next batch,
   // its guard and its place in the slab stay for the next carve().
   ASAN_UNPOISON_MEMORY_REGION(s.base, s.size);
+  {
+    std::lock_guard lk(slab_mu_);
+    to_release_.push_back(s);
+    if (to_release_.size() < kReleaseBatch || releasing_) return;
+    releasing_ = true;
+    std::swap(to_release_, batch_); // batch_ was empty: to_release_ starts again
+  }
+  // Outside the lock: where each range takes its own madvise (and TLB
+  // flush), a batch takes milliseconds, and every worker that maps or gives
+  // back a stack meanwhile would wait for it. The batch's slots are in no
+  // list, so no carve() hands one out while its memory goes.
+  release_batch();
   std::lock_guard lk(slab_mu_);
-  to_release_.push_back(s);
-  if (to_release_.size() >= kReleaseBatch) release_batch();
+  slots_.insert(slots_.end(), batch_.begin(), batch_.end());
+  batch_.clear();
+  releasing_ = false;
 }
 
 void SharedStackPool::release_batch() noexcept {
-  std::sort(to_release_.begin(), to_release_.end(), [](const Stack& a, const Stack& b) { return a.base < b.base; });
+  std::sort(batch_.begin(), batch_.end(), [](const Stack& a, const Stack& b) { return a.base < b.base; });
   const std::size_t ps = page_size();
-  runs_.clear(); // reserved for a batch: no allocation here
-  for (std::size_t i = 0; i < to_release_.size();) {
+  runs_.clear();
+  for (std::size_t i = 0; i < batch_.size();) {
     // A run of slots side by side: one range from the first's base to the
     // last's top, over the guards between them (markers and PROT_NONE pages
     // both survive MADV_DONTNEED).
     std::size_t j = i + 1;
-    while (j < to_release_.size() && static_cast<char*>(to_release_[j - 1].top()) + ps == to_release_[j].base) ++j;
-    char* from = static_cast<char*>(to_release_[i].base);
-    runs_.push_back({from, static_cast<std::size_t>(static_cast<char*>(to_release_[j - 1].top()) - from)});
+    while (j < batch_.size() && static_cast<char*>(batch_[j - 1].top()) + ps == batch_[j].base) ++j;
+    char* from = static_cast<char*>(batch_[i].base);
+    if (runs_.size() == runs_.capacity()) { // a batch that grew during the last release: no allocation
+      advise(runs_, MADV_DONTNEED);
+      runs_.clear();
+    }
+    runs_.push_back({from, static_cast<std::size_t>(static_cast<char*>(batch_[j - 1].top()) - from)});
     i = j;
   }
   advise(runs_, MADV_DONTNEED);
-  slots_.insert(slots_.end(), to_release_.begin(), to_release_.end());
-  to_release_.clear();
 }
 
 bool SharedStackPool::take(Stack& out) {

@@ -11,9 +11,9 @@
 // stacks always have). A slab's guards are installed together when it is
 // mapped. Stacks given back beyond what the pools keep return their memory
 // kReleaseBatch at a time with MADV_DONTNEED (which keeps the guards), the
-// batch's ranges in one system call where the kernel allows (stack_pool.cpp):
-// each call flushes every CPU's TLB, and one per stack made draining a
-// hundred thousand parked fibers cost ~40 us per fiber.
+// batch's ranges in one system call where the kernel allows (advise() in
+// stack_pool.cpp): each call flushes every CPU's TLB, and a call per stack
+// made draining a hundred thousand parked fibers cost ~10 us per fiber.
 #pragma once
 
 #include "fiber/stack_header.hpp"
@@ -110,7 +110,7 @@ public:
   static constexpr std::size_t kSlabStacks = 64;
   /// Slots whose memory is given back in one go: enough that the slots of
   /// fibers retired in turn on different workers meet their neighbours and
-  /// go back as one range (at 64, each worker's batch held every other slot).
+  /// go back as one range (at 64, a batch held every other slot).
   static constexpr std::size_t kReleaseBatch = 512;
   /// Calls `fn(const StackHeader&)` for every mapped stack, with the list
   /// locked (no stack is unmapped meanwhile). False if the lock stayed busy
@@ -123,15 +123,17 @@ private:
   static constexpr std::size_t kMax = 4096;
   /// A slot of a slab, guarded and ready (under slab_mu_).
   Stack carve();
-  /// Gives the memory of the slots in to_release_ back, neighbours in one
-  /// call, and makes them carvable (under slab_mu_).
+  /// Gives the memory of the slots in batch_ back, neighbours as one range
+  /// (by the one thread that set releasing_, outside slab_mu_).
   void release_batch() noexcept;
   std::size_t stack_size_;
   std::mutex slab_mu_;               // guards the slabs and their free slots
   std::vector<std::pair<char*, std::size_t>> slabs_; // base, bytes
   std::vector<Stack> to_release_;    // given back, memory not yet: carved first
   std::vector<Stack> slots_;         // carved before, memory given back, free again
-  std::vector<iovec> runs_;          // release_batch()'s ranges (reserved: it cannot allocate)
+  std::vector<Stack> batch_;         // given back, memory going back now: in no list
+  bool releasing_ = false;           // batch_ and runs_ belong to a release in progress
+  std::vector<iovec> runs_;          // release_batch()'s ranges (reserved for a batch)
   char* next_slot_ = nullptr;        // the newest slab's first slot never carved
   char* slab_end_ = nullptr;
   bool guard_markers_ = true;        // MADV_GUARD_INSTALL works here (else mprotect)

@@ -105,7 +105,7 @@ void Scheduler::reset_run(Worker& w) noexcept {
 //   because a thread the kernel or the hypervisor has descheduled is not
 //   stalling (two synthetic siblings share each real CPU here);
 // - stall_ns_ of wall time passed, the thread used less than half of it and
-//   sleeps in a system call now (not a futex: Worker::blocking_syscall): a
+//   sleeps in a system call now (not a lock wait: Worker::blocks_worker): a
 //   blocking call (usleep, a blocking read, a client library's socket) made
 //   outside coresched::blocking_call, which holds up the worker's other
 //   fibers and timers as surely, and uses no CPU to show it.

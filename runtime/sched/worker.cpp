@@ -100,6 +100,7 @@ bool Worker::blocks_worker(long syscall_nr) noexcept {
   case SYS_munmap:
   case SYS_mprotect:
   case SYS_madvise:
+  case SYS_process_madvise:
   case SYS_mremap:
   case SYS_brk:
     return false;

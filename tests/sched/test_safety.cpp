@@ -157,7 +157,7 @@ TEST_CASE("a fiber that blocks its worker in a system call is reported, though i
 // (its own stack mapping, a sanitizer's shadow) or in a futex is held by
 // another thread, not by the fiber that ran last: no stall is reported.
 TEST_CASE("a worker waiting for a lock in the kernel is not reported as blocked by its fiber", "[safety]") {
-  for (long nr : {SYS_futex, SYS_mmap, SYS_munmap, SYS_mprotect, SYS_madvise, SYS_mremap, SYS_brk}) {
+  for (long nr : {SYS_futex, SYS_mmap, SYS_munmap, SYS_mprotect, SYS_madvise, SYS_process_madvise, SYS_mremap, SYS_brk}) {
     INFO("system call " << nr);
     CHECK_FALSE(detail::Worker::blocks_worker(nr));
   }
