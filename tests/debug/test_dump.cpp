@@ -269,7 +269,13 @@ TEST_CASE("the fiber dump returns while a fiber holds its worker", "[dump]") {
 }
 
 TEST_CASE("the fiber dump lists fibers that never ran and a child run inline", "[dump]") {
-  Runtime rt(topo("core:1 pu:2"));
+  // A slice that never ends: a join asked to stop by the tick does not run
+  // its child inline, and with the spinner holding PU 1 the tick comes once
+  // the parent has run a millisecond (under TSan, a spawn and the dump's
+  // turns on the core lock take that).
+  Options o = topo("core:1 pu:2");
+  o.slice = std::chrono::hours(1);
+  Runtime rt(o);
   Event go;
   std::atomic<std::uint64_t> child_id{0}, parent_id{0};
   // A fiber pinned behind a spinner never runs while the dump is taken. The
