@@ -17,11 +17,12 @@ std::atomic<bool> ignore_siblings{false};
 }
 
 void WakeList::notify() noexcept {
-  for (std::size_t i = 0; i < n_; ++i) {
-    sleepers_[i]->wake_word.fetch_add(1, std::memory_order_release);
-    if (Reactor* r = sleepers_[i]->ring.load(std::memory_order_acquire)) r->wake();
+  for (std::uint64_t left = sleepers_; left != 0; left &= left - 1) {
+    Sibling& s = core_->sibling(static_cast<unsigned>(__builtin_ctzll(left)));
+    s.wake_word.fetch_add(1, std::memory_order_release);
+    if (Reactor* r = s.ring.load(std::memory_order_acquire)) r->wake();
   }
-  n_ = 0;
+  sleepers_ = 0;
 }
 
 CoreCoordinator::CoreCoordinator(unsigned index, const std::vector<unsigned>& workers, CoreConfig cfg)
@@ -136,7 +137,7 @@ bool CoreCoordinator::enqueue_locked(unsigned s, Fiber* f, WakeList& wakes, Arri
     preempt_owner_for(f->cookie);
   if (target.sleeping) {
     target.sleeping = false;
-    wakes.add(&target);
+    wakes.add(*this, s);
     return false;
   }
   // A woken fiber placed behind the floor (it slept while others ran, and
@@ -164,7 +165,7 @@ bool CoreCoordinator::enqueue_locked(unsigned s, Fiber* f, WakeList& wakes, Arri
       Sibling& o = *siblings_[t];
       if (t != s && o.sleeping && compatible_locked(t, f->cookie)) {
         o.sleeping = false;
-        wakes.add(&o);
+        wakes.add(*this, t);
         return false;
       }
     }
@@ -198,7 +199,7 @@ void CoreCoordinator::wake_sleepers(WakeList& wakes, unsigned except, bool only_
     if (t == except || !o.sleeping) continue;
     if (only_with_work && !o.forced_idle && o.queue.empty()) continue;
     o.sleeping = false;
-    wakes.add(&o);
+    wakes.add(*this, t);
   }
 }
 
@@ -442,7 +443,7 @@ bool CoreCoordinator::move_queued_locked(unsigned from, unsigned to, WakeList& w
   target.queue.push(f);
   if (target.sleeping) {
     target.sleeping = false;
-    wakes.add(&target);
+    wakes.add(*this, to);
   }
   return true;
 }

@@ -38,22 +38,30 @@ struct Sibling;
 /// TopologyError). SMT-8 is the widest shipping today.
 inline constexpr std::size_t kMaxPusPerCore = 64;
 
+class CoreCoordinator;
+
 /// Sleeping siblings to wake once the core lock is released. Every list holds
 /// siblings of one core, each at most once (a sibling is added only as its
-/// `sleeping` flag is cleared), so it never needs more than kMaxPusPerCore
-/// entries: none is ever dropped. (With fewer entries a 16-PU core would lose
-/// wake-ups and hang at shutdown.)
+/// `sleeping` flag is cleared): a bit per sibling, so none is ever dropped
+/// (with fewer slots a 16-PU core would lose wake-ups and hang at shutdown).
+/// Bits, not pointers: a list lives on the caller's stack in most of the
+/// runtime's paths (a pick, a wake-up, a spawn), and 64 pointers made each of
+/// those frames half a kilobyte of the running fiber's stack.
 class WakeList {
 public:
-  void add(Sibling* s) noexcept { sleepers_[n_++] = s; }
+  void add(CoreCoordinator& core, unsigned sibling) noexcept {
+    core_ = &core;
+    sleepers_ |= std::uint64_t{1} << sibling;
+  }
   /// Bumps each sibling's wake word and wakes its worker; call after unlocking.
   void notify() noexcept;
-  bool empty() const noexcept { return n_ == 0; }
+  bool empty() const noexcept { return sleepers_ == 0; }
 
 private:
-  std::array<Sibling*, kMaxPusPerCore> sleepers_; // uninitialised: only [0, n_) is read
-  std::size_t n_ = 0;
+  CoreCoordinator* core_ = nullptr;
+  std::uint64_t sleepers_ = 0; // bit s: sibling s of core_
 };
+static_assert(kMaxPusPerCore <= 64, "WakeList keeps a bit per sibling");
 
 class Reactor;
 

@@ -348,7 +348,7 @@ bool Scheduler::wake_helper(const Worker& from, Help why) {
       w.core().lock().lock();
       if (s.sleeping && !(for_backlog && s.forced_idle)) {
         s.sleeping = false;
-        wakes.add(&s);
+        wakes.add(w.core(), w.sibling_index());
         woke = true;
       }
       w.core().lock().unlock();
@@ -492,7 +492,7 @@ void Scheduler::wake_all_workers() {
     for (unsigned s = 0; s < c->size(); ++s) {
       if (c->sibling(s).sleeping) {
         c->sibling(s).sleeping = false;
-        wakes.add(&c->sibling(s));
+        wakes.add(*c, s);
       }
     }
     c->lock().unlock();

@@ -537,8 +537,8 @@ __attribute__((noinline)) void Worker::share_after_affine_wake() {
   if (core_.queued_hint() > 0 && host_.idle_hint()) host_.wake_helper(*this); // (not if a thief took it)
 }
 
-// Out of line: its locks and wake list must not cost the fast path above a
-// frame of half a kilobyte and five saved registers.
+// Out of line: its locks and pick must not cost the fast path above a frame
+// of its own and five saved registers.
 __attribute__((noinline)) void Worker::reschedule_shared(Fiber* self, Requeue how) {
   // (A fiber woken wake-affine sits in the core's queue, so a waker that runs
   // on always comes this way, not the private-queue path above.)

@@ -413,7 +413,7 @@ void CoreSim::wake_helper(unsigned from) {
     if (t == from || !pus_[t].idle || !o.sleeping) continue;
     WakeList w;
     o.sleeping = false;
-    w.add(&o);
+    w.add(core_, t);
     notify(w);
     return;
   }
