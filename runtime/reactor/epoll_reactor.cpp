@@ -317,8 +317,7 @@ void EpollReactor::end_later(IoOp* op, int result) {
 }
 
 void EpollReactor::cancel_all() {
-  std::vector<IoOp*> all(inflight_ops_.begin(), inflight_ops_.end());
-  for (IoOp* op : all) cancel_one(op);
+  for (IoOp* op : inflight_ops_.snapshot()) cancel_one(op);
 }
 
 // ---------------------------------------------------------------- readiness

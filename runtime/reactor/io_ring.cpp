@@ -239,7 +239,7 @@ void IoRing::queue_cancel(IoOp* op) {
 // shutdown (each new runtime's first cancel has sequence 1).
 // A cancellation by user_data does not look at the sequence.
 void IoRing::cancel_all() {
-  for (IoOp* op : inflight_ops_) queue_cancel(op);
+  for (IoOp* op : inflight_ops_.snapshot()) queue_cancel(op);
   submit();
 }
 

@@ -15,7 +15,6 @@
 #include <atomic>
 #include <functional>
 #include <mutex>
-#include <unordered_set>
 #include <string>
 #include <vector>
 

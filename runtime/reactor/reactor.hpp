@@ -11,6 +11,8 @@
 
 #include <coresched/options.hpp>
 
+#include "reactor/inflight_table.hpp"
+
 #include <liburing.h>
 
 #include <atomic>
@@ -26,7 +28,6 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -168,15 +169,16 @@ protected:
   Reactor() = default;
   /// Gives `op` its sequence number and counts it in flight.
   void track(IoOp* op) {
-    op->seq = next_seq_++;
-    inflight_ops_.insert(op);
+    op->seq = inflight_ops_.add(op);
     add_inflight(+1);
   }
   void untrack(IoOp* op) {
-    inflight_ops_.erase(op);
+    inflight_ops_.remove(op->seq);
     add_inflight(-1);
   }
-  bool tracked(IoOp* op, std::uint64_t seq) const { return inflight_ops_.count(op) && op->seq == seq; }
+  /// Whether `op` is still in flight as operation `seq` (reads only the
+  /// table: `op` may be gone).
+  bool tracked(const IoOp* op, std::uint64_t seq) const { return inflight_ops_.contains(op, seq); }
   /// Runs what other threads queued: posted work, and cancellations of ops
   /// still in flight (cancel_one()).
   void drain_remote();
@@ -197,11 +199,10 @@ protected:
   std::uint64_t overdue_after_ns_ = 0;
   const unsigned* attention_word_ = &kZeroWord;
   unsigned attention_mask_ = 0;
-  std::unordered_set<IoOp*> inflight_ops_; // owner thread only
+  InflightTable<IoOp> inflight_ops_; // owner thread only
 
 private:
   static constexpr unsigned kZeroWord = 0;
-  std::uint64_t next_seq_ = 1;
   std::mutex remote_mu_;
   std::vector<std::pair<IoOp*, std::uint64_t>> cancels_; // guarded by remote_mu_
   std::vector<std::function<void()>> posted_;             // guarded by remote_mu_
