@@ -10,16 +10,23 @@
 #include "sched/worker.hpp"
 
 #include <coresched/coresched.hpp>
+#include <coresched/io.hpp>
 
 #include <CLI/CLI.hpp>
 #include <valgrind/callgrind.h>
 
+#include <array>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <sys/socket.h>
+#include <unistd.h>
 
 namespace {
 using namespace coresched;
@@ -113,6 +120,28 @@ void pick_op(long n) {
   });
 }
 
+// One io::send and one io::recv of 64 bytes over a socket pair, by one fiber
+// on one worker: each parks, and the worker's reap submits the request and
+// collects its completion (the data is there, so both complete at once).
+// The kernel's part is not counted; the runtime's is: the request, its
+// tracking, the park, the reap, the wake-up.
+void io_send_recv_op(long n) {
+  Runtime rt(quiet("core:1 pu:1"));
+  int fds[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) throw std::runtime_error("socketpair failed");
+  rt.spawn([n, fds] {
+      measure("io_send_recv", 1, n, [fds](long k) {
+        std::array<std::byte, 64> out{}, in{};
+        for (long i = 0; i < k; ++i) {
+          if (io::send(fds[0], out).value != 64 || io::recv(fds[1], in).value != 64)
+            throw std::runtime_error("a send or recv moved less than 64 bytes");
+        }
+      });
+    }).join();
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
 // Ping-pong between fibers pinned to workers on two cores: each release()
 // wakes the fiber parked on the other worker. The idle worker's spinning
 // depends on timing, so check_budgets.py counts only the instructions inside
@@ -154,6 +183,7 @@ int main(int argc, char** argv) {
                                                      {"preempt_point", preempt_point_op},
                                                      {"fiber_local_get", fiber_local_get_op},
                                                      {"pick_two_cookies", pick_op},
+                                                     {"io_send_recv", io_send_recv_op},
                                                      {"cross_worker_wake", cross_worker_wake_op}};
   CLI::App app{"coresched-instr-budget: one hot path, n times, between callgrind client requests.\n"
                "Run under bench/budget/check_budgets.py, which counts and compares with budgets.json."};

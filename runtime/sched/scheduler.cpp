@@ -296,8 +296,12 @@ void Scheduler::trace_wakeup(const Fiber& f, unsigned to) noexcept {
 
 unsigned Scheduler::choose_worker(const Fiber& f, unsigned prev) const {
   if (f.pinned != kNotPinned) return static_cast<unsigned>(f.pinned);
-  const unsigned w = placement_->choose(f.cookie, prev, options_.placement);
-  if (w != PlacementIndex::kNone) return w;
+  // The index finds only idle workers: with none (a busy server, whose I/O
+  // completions each come here), skip its search of the masks.
+  if (idle_hint()) {
+    const unsigned w = placement_->choose(f.cookie, prev, options_.placement);
+    if (w != PlacementIndex::kNone) return w;
+  }
   // Busy everywhere: stay near the waker (cache-warm, as Go's runnext), unless
   // fibers already wait there. Then go back to the fiber's previous worker,
   // where it preempts the runner if it slept long enough (fiber_vtime.hpp):
