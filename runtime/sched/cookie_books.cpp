@@ -6,6 +6,10 @@ namespace coresched::detail {
 void CookieBooks::open_segment(std::uint64_t cookie, std::uint64_t now) {
   std::lock_guard lk(mu_);
   close_segment_locked(now);
+  if (!seg_counters_ || counters_cookie_ != cookie) {
+    seg_counters_ = &counters_[cookie];
+    counters_cookie_ = cookie;
+  }
   seg_open_ = true;
   seg_cookie_ = cookie;
   seg_start_ = now;
@@ -19,7 +23,7 @@ void CookieBooks::close_segment(std::uint64_t now) {
 
 void CookieBooks::close_segment_locked(std::uint64_t now) {
   if (!seg_open_) return;
-  auto& c = counters_[seg_cookie_];
+  Counters& c = *seg_counters_; // the open segment's cookie's (open_segment)
   c.cpu_ns += now - seg_start_;
   c.runs += seg_runs_;
   seg_runs_ = 0;

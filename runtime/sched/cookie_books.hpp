@@ -67,6 +67,12 @@ private:
   std::uint64_t since_ = 0, wanted_ = 0, blocker_ = 0;
   std::mutex mu_;
   std::unordered_map<std::uint64_t, Counters> counters_;
+  // The last segment's cookie's counters (entries are never erased, and a
+  // rehash moves no node): a worker that idles between runs of one cookie,
+  // as an I/O server's do, opens and closes a segment per run, and would
+  // hash the cookie twice each time.
+  Counters* seg_counters_ = nullptr;
+  std::uint64_t counters_cookie_ = 0;
 };
 
 } // namespace coresched::detail
