@@ -46,7 +46,7 @@ void Ticker::run() {
     // Sleep to the next tick; a poke() during a coarse sleep wakes us to
     // re-plan at the fine period, counted from the last tick.
     const bool fine = fine_.load(std::memory_order_relaxed);
-    const auto due = last + period_ * (fine ? 1u : kCoarseUnits);
+    const auto due = last + period_ * (fine || soon_ ? 1u : kCoarseUnits);
     if (cv_.wait_until(lk, due, [&] { return stop_ || (!fine && fine_.load(std::memory_order_relaxed)); })) {
       if (stop_) break;
       // Poked while coarse: tick at the first fine boundary not yet passed.
@@ -60,6 +60,7 @@ void Ticker::run() {
     lk.unlock();
     const Seen seen = tick_(units);
     lk.lock();
+    soon_ = seen.soon;
     if (seen.waiting) hold_ = kFineHold;
     else if (hold_ > 0) --hold_;
     fine_.store(hold_ > 0, std::memory_order_relaxed);

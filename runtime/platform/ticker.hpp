@@ -6,12 +6,22 @@
 // free: each one costs ~40-60 us of CPU here (bench/micro, docs/performance.md
 // "The ticker's period"), so a tick every quarter slice would take 8-15 %
 // from two CPU-bound workers that have nothing to share. So:
-// - fine, every quarter slice, while something waits for a tick: fibers queued
-//   behind a busy worker, a forced-idle sibling, I/O in flight on a busy worker,
-//   and for a hold of kFineHold ticks after the last such sighting or poke()
-//   (I/O begun on a busy worker, a restart);
+// - fine, every quarter slice, while something waits for a tick: I/O in
+//   flight on a busy worker whose ring cannot flag completions, a fiber woken
+//   to preempt at the next tick, and for a hold of kFineHold ticks after the
+//   last such sighting or poke() (a fiber queued behind another cookie, I/O
+//   begun on a busy worker, a restart);
+// - a quarter slice on, without a hold, after a tick that saw fibers queued
+//   behind a worker that may be in a long run (it switched fewer than
+//   Seen::kShortRuns times since the last tick) or beside an idle worker: the
+//   next tick times that run's slice end. A worker that switches more often
+//   runs short fibers, and its queue needs no tick; with a hold, every run
+//   that outlasted a quarter slice would keep an I/O server's ticker fine for
+//   good (its workers, descheduled by the kernel for a while, look like long
+//   runs), at a few per cent of its throughput;
 // - coarse, every whole slice, while every busy worker just runs its fiber with
-//   nothing behind it (a slice-end preemption then only reschedules it);
+//   nothing behind it (a slice-end preemption then only reschedules it), or
+//   switches often;
 // - stopped, once no worker has been busy for a while, so an idle runtime
 //   costs no CPU.
 // The tick function is told how many quarter slices passed since the last tick
@@ -31,11 +41,15 @@ namespace coresched::detail {
 
 class Ticker {
 public:
-  /// What a tick reports: whether any worker is busy, and whether something
-  /// waits that needs the next tick at the fine period.
+  /// What a tick reports: whether any worker is busy, whether something
+  /// waits that needs the fine period (and its hold), or just the next tick.
   struct Seen {
     bool busy = false;
     bool waiting = false;
+    /// The next tick a quarter slice on, but no hold.
+    bool soon = false;
+    /// Switches since the last tick from which a worker's runs count as short.
+    static constexpr std::uint64_t kShortRuns = 8;
   };
   /// Fine ticks kept after the last tick that saw something waiting (two
   /// slices): a workload whose queues empty and fill between ticks stays fine.
@@ -74,6 +88,7 @@ private:
   std::condition_variable cv_;
   bool stop_ = false;
   int hold_ = kFineHold;  // guarded: fine ticks left without a sighting
+  bool soon_ = false;     // guarded: the last tick's Seen::soon
   std::atomic<bool> fine_{true};
   // False once no worker was busy for a while; poke() restarts it. Written
   // only by the ticker's thread under mu_, read without it by ticking().

@@ -41,16 +41,20 @@ Ticker::Seen Scheduler::tick(unsigned units) {
     // (Worker::ask_back_for_io). A timer wake-up costs the busy CPUs tens of
     // us here, and an I/O server is always busy with I/O in flight: ticking
     // at the fine period for it cost the echo server ~9 % of its CPU.
-    // Likewise fibers queued behind a worker need it only while its runner
-    // has not switched since the last tick (a slice end to flag), or while a
-    // worker idles (a backlog to share): a worker that switches between ticks
-    // serves its queue itself, as an I/O server's do every few us with
-    // fibers always queued.
+    // Fibers queued behind a worker need the next tick while its runner may
+    // be in a long run (it switched only a few times since the last tick, or
+    // not at all: a slice end to flag, counted in quarters), or while a
+    // worker idles (a backlog to share); not the fine period's hold (Ticker).
+    // A worker that switched often serves its queue itself, as an I/O
+    // server's do every few us with fibers always queued; a long run that
+    // begins there is flagged at the next coarse tick, after one to two
+    // slices rather than one to one and a quarter.
     const std::uint64_t sw = w.switches.load(std::memory_order_relaxed);
-    const bool queue_needs_tick = w.core().queued_hint() > 0 && !sibling_waits && (sw == w.tick_seen || idle_hint());
+    if (w.core().queued_hint() > 0 && !sibling_waits && (sw - w.tick_seen < Ticker::Seen::kShortRuns || idle_hint()))
+      seen.soon = true;
     // (A fiber that waits for the next tick to preempt the runner is one.)
     const bool wake_waits = w.sibling().wake_waits.load(std::memory_order_relaxed);
-    seen.waiting |= queue_needs_tick || wake_waits || w.io_wants_ticks(now);
+    seen.waiting |= wake_waits || w.io_wants_ticks(now);
     // A busy worker collects its I/O and timer completions, and submits the
     // SQEs it deferred, only at scheduling points: ask for one as soon as it
     // has either (the fallback, at whatever period the ticker runs; and the

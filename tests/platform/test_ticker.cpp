@@ -150,6 +150,41 @@ TEST_CASE("a fiber waiting behind a runner keeps the ticker at the quarter slice
   CHECK(ticks > 0.6 * quarters);
 }
 
+TEST_CASE("fibers that switch often let the ticker tick once a slice though a run now and then outlasts a tick", "[ticker]") {
+  // One PU, two fibers always queued behind each other: A yields in a loop;
+  // B yields for 6 ms, then runs 5 ms without a preemption point, and again.
+  // Two fine ticks (2 ms apart) that fall inside B's long run see fibers
+  // queued and no switch; that needs the next tick a quarter slice on (a
+  // slice end to time), but no hold of fine ticks. With the hold (two
+  // slices, 16 ms), B's next long run is seen before it ends and the ticker
+  // stays fine for good, ~1 tick a quarter slice: how an I/O server's ticker
+  // stayed fine while the kernel descheduled its workers. Without it, the
+  // runs that switch every few us let it tick once a slice, and no two
+  // coarse ticks (8 ms apart) fall inside one 5 ms run.
+  coresched::Options o = test_support::topo("core:1 pu:1");
+  o.slice = 8ms;
+  coresched::Runtime rt(o);
+  std::atomic<bool> stop{false};
+  auto a = rt.spawn([&] {
+    while (!stop.load(std::memory_order_relaxed)) coresched::this_fiber::yield();
+  });
+  auto b = rt.spawn([&] {
+    using clock = std::chrono::steady_clock;
+    while (!stop.load(std::memory_order_relaxed)) {
+      for (const auto end = clock::now() + 6ms; clock::now() < end;) coresched::this_fiber::yield();
+      for (const auto end = clock::now() + 5ms; clock::now() < end;) {
+      }
+    }
+  });
+  const auto w = measure(rt, 500ms);
+  stop = true;
+  a.join();
+  b.join();
+  INFO("ticks " << w.ticks << " in " << w.quarters << " quarter slices");
+  CHECK(w.ticks < 0.5 * w.quarters);
+  CHECK(w.ticks > 0); // a worker with fibers queued is still watched
+}
+
 TEST_CASE("a forced-idle sibling ends the owner's turn on time while the ticker ticks once a slice", "[ticker][handover]") {
   // Two cookies, one busy fiber each, pinned to the two siblings of one core:
   // one always waits, forced idle. Its own timer asks the owner to stop when
