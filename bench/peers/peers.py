@@ -318,6 +318,7 @@ def run_all(args, peers_ok):
             continue
         log(f"{w.name}: {w.what}; {', '.join(DISPLAY[p] for p in peers)}; {args.rounds} rounds")
         trials = {}  # (metric, peer) -> [values], plus units
+        rounds_of = {}  # (metric, peer) -> the round of each value
         units = {}
         for r in range(args.rounds):
             order = peers[r % len(peers):] + peers[:r % len(peers)]  # rotate who goes first
@@ -332,12 +333,14 @@ def run_all(args, peers_ok):
                 shown = []
                 for f in figs:
                     trials.setdefault((f["metric"], peer), []).append(float(f["value"]))
+                    rounds_of.setdefault((f["metric"], peer), []).append(r)
                     units[f["metric"]] = f["unit"]
                     shown.append(f"{f['metric']} {f['value']:.4g} {f['unit']}")
                 log(f"  round {r + 1}/{args.rounds} {DISPLAY[peer]:<11} {', '.join(shown)}"
                     f"  ({time.monotonic() - t0:.1f} s)")
         for (metric, peer), vals in trials.items():
             entry = stats(vals)
+            entry["rounds"] = rounds_of[(metric, peer)]
             entry["unit"] = units[metric]
             entry["size"] = args.connections if w.name == "echo" else w.size(peer, args.quick)
             results.setdefault(w.name, {}).setdefault(metric, {})[peer] = entry
@@ -366,12 +369,21 @@ def compare(w, metric, us, ours, by_peer, targets):
             continue  # shown once, as epoll / io_uring
         if us == "coresched_epoll" and (w.name, metric, peer) not in targets:
             continue
-        ratio = ours["median"] / theirs["median"]
+        # Each round's two figures were taken minutes apart at most, so their
+        # ratio is what a slow or fast phase of the machine (it swings by
+        # tens of per cent within one run) spares: the ratio is the median of
+        # the rounds' ratios, with their spread; the medians' ratio is kept too.
+        theirs_by_round = dict(zip(theirs["rounds"], theirs["trials"]))
+        per_round = [v / theirs_by_round[r] for r, v in zip(ours["rounds"], ours["trials"])
+                     if theirs_by_round.get(r, 0) > 0]
+        ratio = statistics.median(per_round) if per_round else ours["median"] / theirs["median"]
         target = targets.get((w.name, metric, peer))
         met = None
         if target:
             met = ratio <= target[1] if target[0] == "<=" else ratio >= target[1]
         out.append({"workload": w.name, "metric": metric, "ours": us, "peer": peer, "ratio": ratio,
+                    "ratio_stdev": statistics.pstdev(per_round) if per_round else 0.0, "round_ratios": per_round,
+                    "ratio_of_medians": ours["median"] / theirs["median"],
                     "higher_is_better": w.higher_is_better,
                     "target": f"{target[0]}{target[1]}" if target else None, "met": met})
     return out
@@ -405,7 +417,8 @@ def table(results, rats):
                     theirs, r = by_peer[peer], by_key[(w.name, metric, us, peer)]
                     rows.append((w.name if first else "", metric if first else "", ours["unit"] if first else "",
                                  DISPLAY[us] if not shown else "", ours_s if not shown else "", DISPLAY[peer],
-                                 f"{fmt(theirs['median'])} ±{fmt(theirs['stdev'])}", f"{r['ratio']:.3f}",
+                                 f"{fmt(theirs['median'])} ±{fmt(theirs['stdev'])}",
+                                 f"{r['ratio']:.3f} ±{r['ratio_stdev']:.3f}",
                                  r.get("target") or "", {True: "yes", False: "NO", None: ""}[r.get("met")]))
                     first, shown = False, True
                 if not shown:  # no peer measured
@@ -459,8 +472,8 @@ def check_json(path):
                 if not (s.get("median", 0) > 0) or s.get("stdev", -1) < 0:
                     problems.append(f"{wname}/{metric}/{peer}: bad median/stdev")
     for r in doc.get("ratios", []):
-        if not (r.get("ratio", 0) > 0):
-            problems.append(f"ratio not positive: {r}")
+        if not (r.get("ratio", 0) > 0) or not (r.get("ratio_of_medians", 0) > 0) or r.get("ratio_stdev", -1) < 0:
+            problems.append(f"ratio not positive, or its stdev negative: {r}")
     return problems
 
 
@@ -473,8 +486,8 @@ def main(argv):
     results, errors = run_all(args, peers_ok)
     rats = ratios(results)
     print(f"coresched peer suite: {machine()['allowed_cpus']} CPUs, {'quick' if args.quick else 'full'} sizes, "
-          f"median of {args.rounds} rounds ± population stdev; ratio = ours / peer "
-          f"(echo: requests/s, higher is better; everything else: lower is better)")
+          f"median of {args.rounds} rounds ± population stdev; ratio = ours / peer, the median of each round's "
+          f"ratio ± their stdev (echo: requests/s, higher is better; everything else: lower is better)")
     print(table(results, rats))
     for s in skipped:
         print(f"skipped: {DISPLAY[s['peer']]}: {s['reason']}")
