@@ -23,8 +23,13 @@ namespace coresched::detail {
 
 template <class Op> class InflightTable {
 public:
-  /// Takes a slot for `op`; returns its number (unique in this table's
-  /// life, never 0), which the caller stores in the op for remove().
+  /// `first_round`: where the count of adds starts (tests start it near its
+  /// wrap).
+  explicit InflightTable(std::uint64_t first_round = 1) noexcept : next_round_(first_round) {}
+
+  /// Takes a slot for `op`; returns its number (never 0: a RecvStream reads
+  /// 0 as "nothing submitted"), which the caller stores in the op for
+  /// remove().
   std::uint64_t add(Op* op) {
     std::uint32_t slot;
     if (free_head_ != kNone) {
@@ -36,7 +41,8 @@ public:
       slot = static_cast<std::uint32_t>(slots_.size());
       slots_.push_back({});
     }
-    const std::uint64_t seq = (next_round_++ << kSlotBits) | slot;
+    const std::uint64_t seq = (next_round_ << kSlotBits) | slot;
+    next_round_ = next_round_ == kLastRound ? 1 : next_round_ + 1; // round 0 never: seq would be 0 in slot 0
     slots_[slot] = {op, seq};
     ++size_;
     return seq;
@@ -70,10 +76,12 @@ public:
   }
 
 private:
-  // The low bits of a number name the slot; the high 40 count adds, so a
-  // number comes back only after 2^40 adds, long after any cancellation that
-  // named it was handled (at the reap after it was asked).
+  // The low bits of a number name the slot; the high 40 count adds, from 1
+  // to kLastRound and round again, so a number comes back only after 2^40 - 1
+  // adds (a day and more at ten million a second), long after any
+  // cancellation that named it was handled (at the reap after it was asked).
   static constexpr unsigned kSlotBits = 24;
+  static constexpr std::uint64_t kLastRound = (std::uint64_t{1} << (64 - kSlotBits)) - 1;
   static constexpr std::size_t kMaxSlot = (std::size_t{1} << kSlotBits) - 1;
   static constexpr std::uint32_t kNone = ~std::uint32_t{0};
   static std::uint32_t slot_of(std::uint64_t seq) noexcept {

@@ -86,3 +86,21 @@ TEST_CASE("under churn every live operation is found and every finished one is n
   CHECK(snap.size() == n);
   for (Op* op : snap) CHECK(live[static_cast<std::size_t>(op - ops.data())]);
 }
+
+TEST_CASE("numbers stay non-zero and distinct across the wrap of the add count", "[reactor]") {
+  // 2^40 adds in a server's life (12 days at a million a second per worker)
+  // wrap the count: a number of 0 would read as "nothing submitted" to a
+  // RecvStream, whose cancel would then never be sent.
+  const std::uint64_t last_round = (std::uint64_t{1} << 40) - 1;
+  InflightTable<Op> table(last_round - 2);
+  Op op;
+  std::set<std::uint64_t> seen;
+  for (int i = 0; i < 8; ++i) { // through the wrap, always in slot 0
+    op.seq = table.add(&op);
+    CHECK(op.seq != 0);
+    CHECK(table.contains(&op, op.seq));
+    CHECK(seen.insert(op.seq).second);
+    table.remove(op.seq);
+    CHECK_FALSE(table.contains(&op, op.seq));
+  }
+}
