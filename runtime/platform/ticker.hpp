@@ -12,13 +12,14 @@
 //   last such sighting or poke() (a fiber queued behind another cookie, I/O
 //   begun on a busy worker, a restart);
 // - a quarter slice on, without a hold, after a tick that saw fibers queued
-//   behind a worker that may be in a long run (it switched fewer than
-//   Seen::kShortRuns times since the last tick) or beside an idle worker: the
-//   next tick times that run's slice end. A worker that switches more often
-//   runs short fibers, and its queue needs no tick; with a hold, every run
-//   that outlasted a quarter slice would keep an I/O server's ticker fine for
-//   good (its workers, descheduled by the kernel for a while, look like long
-//   runs), at a few per cent of its throughput;
+//   behind a worker whose runs last a quarter slice or more (at most one
+//   switch per quarter since the last tick: the current run may be long, and
+//   the ticks time its slice end), or beside an idle worker; not beside a
+//   forced-idle sibling, which times the owner's turn itself. A worker that
+//   switches more often runs short fibers, and its queue needs no tick; with
+//   a hold, every run that outlasted a quarter slice would keep an I/O
+//   server's ticker fine for good (its workers, descheduled by the kernel for
+//   a while, look like long runs), at a few per cent of its throughput;
 // - coarse, every whole slice, while every busy worker just runs its fiber with
 //   nothing behind it (a slice-end preemption then only reschedules it), or
 //   switches often;
@@ -48,8 +49,6 @@ public:
     bool waiting = false;
     /// The next tick a quarter slice on, but no hold.
     bool soon = false;
-    /// Switches since the last tick from which a worker's runs count as short.
-    static constexpr std::uint64_t kShortRuns = 8;
   };
   /// Fine ticks kept after the last tick that saw something waiting (two
   /// slices): a workload whose queues empty and fill between ticks stays fine.

@@ -41,17 +41,18 @@ Ticker::Seen Scheduler::tick(unsigned units) {
     // (Worker::ask_back_for_io). A timer wake-up costs the busy CPUs tens of
     // us here, and an I/O server is always busy with I/O in flight: ticking
     // at the fine period for it cost the echo server ~9 % of its CPU.
-    // Fibers queued behind a worker need the next tick while its runner may
-    // be in a long run (it switched only a few times since the last tick, or
-    // not at all: a slice end to flag, counted in quarters), or while a
-    // worker idles (a backlog to share); not the fine period's hold (Ticker).
-    // A worker that switched often serves its queue itself, as an I/O
-    // server's do every few us with fibers always queued; a long run that
-    // begins there is flagged at the next coarse tick, after one to two
-    // slices rather than one to one and a quarter.
+    // Fibers queued behind a worker need the next tick while its runs last a
+    // quarter slice or more (it switched at most once per quarter since the
+    // last tick, or not at all): the current one may be long, and its slice
+    // end is counted in quarters. Likewise while a worker idles (a backlog to
+    // share). Not the fine period's hold (Ticker). A worker that switched
+    // more often serves its queue itself, as an I/O server's do every few us
+    // with fibers always queued; a long run that begins there is flagged at
+    // the next coarse tick, after one to two slices rather than one to one
+    // and a quarter. (A rate, not a count: a count against windows of one
+    // and four quarters would keep fine ticks fine for runs in between.)
     const std::uint64_t sw = w.switches.load(std::memory_order_relaxed);
-    if (w.core().queued_hint() > 0 && !sibling_waits && (sw - w.tick_seen < Ticker::Seen::kShortRuns || idle_hint()))
-      seen.soon = true;
+    if (w.core().queued_hint() > 0 && !sibling_waits && (sw - w.tick_seen <= units || idle_hint())) seen.soon = true;
     // (A fiber that waits for the next tick to preempt the runner is one.)
     const bool wake_waits = w.sibling().wake_waits.load(std::memory_order_relaxed);
     seen.waiting |= wake_waits || w.io_wants_ticks(now);

@@ -82,6 +82,28 @@ Window measure_busy_pair(const char* topology, bool own_cookies, std::chrono::mi
   return w;
 }
 
+/// Fibers `a` and `b` (each given the stop flag) on one PU with an 8 ms
+/// slice, measured over 500 ms.
+template <class A, class B> Window measure_two_on_one_pu(A a, B b) {
+  coresched::Options o = test_support::topo("core:1 pu:1");
+  o.slice = 8ms;
+  coresched::Runtime rt(o);
+  std::atomic<bool> stop{false};
+  auto ha = rt.spawn([&] { a(stop); });
+  auto hb = rt.spawn([&] { b(stop); });
+  const Window w = measure(rt, 500ms);
+  stop = true;
+  ha.join();
+  hb.join();
+  return w;
+}
+
+/// Runs `d` without a preemption point.
+void spin_for(std::chrono::microseconds d) {
+  for (const auto end = std::chrono::steady_clock::now() + d; std::chrono::steady_clock::now() < end;) {
+  }
+}
+
 } // namespace
 
 TEST_CASE("the ticker turns coarse when nothing waits, and a poke makes it fine at once", "[ticker]") {
@@ -161,28 +183,39 @@ TEST_CASE("fibers that switch often let the ticker tick once a slice though a ru
   // stayed fine while the kernel descheduled its workers. Without it, the
   // runs that switch every few us let it tick once a slice, and no two
   // coarse ticks (8 ms apart) fall inside one 5 ms run.
-  coresched::Options o = test_support::topo("core:1 pu:1");
-  o.slice = 8ms;
-  coresched::Runtime rt(o);
-  std::atomic<bool> stop{false};
-  auto a = rt.spawn([&] {
-    while (!stop.load(std::memory_order_relaxed)) coresched::this_fiber::yield();
-  });
-  auto b = rt.spawn([&] {
-    using clock = std::chrono::steady_clock;
-    while (!stop.load(std::memory_order_relaxed)) {
-      for (const auto end = clock::now() + 6ms; clock::now() < end;) coresched::this_fiber::yield();
-      for (const auto end = clock::now() + 5ms; clock::now() < end;) {
-      }
-    }
-  });
-  const auto w = measure(rt, 500ms);
-  stop = true;
-  a.join();
-  b.join();
+  const auto w = measure_two_on_one_pu(
+      [](const std::atomic<bool>& stop) {
+        while (!stop.load(std::memory_order_relaxed)) coresched::this_fiber::yield();
+      },
+      [](const std::atomic<bool>& stop) {
+        while (!stop.load(std::memory_order_relaxed)) {
+          for (const auto end = std::chrono::steady_clock::now() + 6ms; std::chrono::steady_clock::now() < end;)
+            coresched::this_fiber::yield();
+          spin_for(5ms);
+        }
+      });
   INFO("ticks " << w.ticks << " in " << w.quarters << " quarter slices");
   CHECK(w.ticks < 0.5 * w.quarters);
   CHECK(w.ticks > 0); // a worker with fibers queued is still watched
+}
+
+TEST_CASE("fibers whose runs are a fraction of a quarter slice let the ticker tick once a slice", "[ticker]") {
+  // One PU, two fibers queued behind each other, each running 1 ms and
+  // yielding: two switches a quarter slice (2 ms). Their runs are short
+  // beside the slice, so the ticker ticks once a slice. A rule that counted
+  // switches against the window (fewer than 8 since the last tick) rather
+  // than per quarter would find 2 in each fine window and 8 in each coarse
+  // one: coarse would stay coarse, but once fine (its start) it would stay
+  // fine for good, ~1 tick a quarter slice.
+  const auto run = [](const std::atomic<bool>& stop) {
+    while (!stop.load(std::memory_order_relaxed)) {
+      spin_for(1ms);
+      coresched::this_fiber::yield();
+    }
+  };
+  const auto w = measure_two_on_one_pu(run, run);
+  INFO("ticks " << w.ticks << " in " << w.quarters << " quarter slices");
+  CHECK(w.ticks < 0.5 * w.quarters);
 }
 
 TEST_CASE("a forced-idle sibling ends the owner's turn on time while the ticker ticks once a slice", "[ticker][handover]") {
