@@ -11,7 +11,7 @@
 // cancellation from another thread names it by pointer after it may have
 // finished and the stack slot been reused (or unmapped). contains() decides
 // from the table alone, never reading the op: the slot must hold this op
-// under this very number, and numbers are never reused.
+// under this very number, and a number comes back only after 2^40 - 1 adds.
 #pragma once
 
 #include <cassert>

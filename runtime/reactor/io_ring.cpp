@@ -115,9 +115,9 @@ io_uring_sqe* IoRing::prepare(IoOp* op) {
   // timeout and reject the lone timeout). Submissions are batched, so a full
   // queue is a normal event.
   if (io_uring_sq_space_left(&ring_) < 2) submit();
+  track(op); // first: it may throw (memory), and must not leave an SQE behind naming the op
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
   io_uring_sqe_set_data64(sqe, tagged(op, kTagOp));
-  track(op);
   return sqe;
 }
 
