@@ -35,6 +35,9 @@ def main(echo_ab, server, client):
         (["--server", f"a={server}", "--server", f"a={server}"], "a label of its own"),
         (["--server", f"a={server}", "--server", "nolabel"], "LABEL=PATH"),
         (["--server", f"a={server}", "--server", f"b={server}", "--client", client, "--rounds", "0"], "positive"),
+        # a server that exits at start (its own usage error): the message, no traceback
+        (["--server", f"a={server}", "--server", f"b={server},--slice-us,abc", "--client", client, "--rounds", "1",
+          "--seconds", "0.6"], "did not announce its port"),
     ]
     for args, want in bad:
         p = ab(echo_ab, args)

@@ -52,11 +52,16 @@ def one_round(argv, client, args):
         cmd = [client, "--port", str(port), "--connections", str(args.connections), "--seconds", str(args.seconds),
                "--warmup", str(args.warmup), "--label", "server"]
         drive = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(args.warmup + 0.1)
-        t0, before = time.monotonic(), thread_table(proc.pid)
-        time.sleep(max(args.seconds - 0.2, 0.1))
-        t1, after = time.monotonic(), thread_table(proc.pid)
-        out, err = drive.communicate(timeout=args.seconds + 60)
+        try:
+            time.sleep(args.warmup + 0.1)
+            t0, before = time.monotonic(), thread_table(proc.pid)
+            time.sleep(max(args.seconds - 0.2, 0.1))
+            t1, after = time.monotonic(), thread_table(proc.pid)
+            out, err = drive.communicate(timeout=args.seconds + 60)
+        finally:
+            if drive.poll() is None:
+                drive.kill()
+                drive.wait()
         if drive.returncode != 0:
             raise RuntimeError(f"the client exited {drive.returncode}: {err.strip()[-300:]}")
         figs = peers.parse_lines(out)
@@ -113,12 +118,16 @@ def main(argv):
                 print(f"[echo_ab] round {r + 1}/{args.rounds} {label}: {res['rps']:,.0f} req/s", file=sys.stderr)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
         sys.exit(f"echo_ab: {e}")
-    base = statistics.median(x["rps"] for x in results[servers[0][0]])
+    # The ratio to the first server is the median of each round's ratio: a
+    # round's servers ran back to back, so a slow phase of the machine
+    # between rounds cancels out.
+    first = results[servers[0][0]]
     print(f"{'server':<12} {'req/s median':>13} {'vs ' + servers[0][0]:>10}  rounds; per thread: CPU s, wake-ups/s")
     for label, _ in servers:
         rounds = results[label]
         med = statistics.median(x["rps"] for x in rounds)
-        print(f"{label:<12} {med:>13,.0f} {med / base:>10.3f}  " + " ".join(f"{x['rps']:,.0f}" for x in rounds))
+        vs = statistics.median(x["rps"] / f["rps"] for x, f in zip(rounds, first))
+        print(f"{label:<12} {med:>13,.0f} {vs:>10.3f}  " + " ".join(f"{x['rps']:,.0f}" for x in rounds))
         names = sorted({n for x in rounds for n in x["threads"]})
         for n in names:
             cpu = statistics.median(x["threads"].get(n, [0, 0])[0] for x in rounds)

@@ -263,7 +263,10 @@ def wait_for_port(proc, timeout):
                     return int(line.split()[1])
         if proc.poll() is not None:
             break
-    raise RuntimeError("the echo server did not announce its port: " + (proc.stderr.read() or "")[-400:])
+    err = proc.stderr.read() or ""
+    if isinstance(err, bytes):  # a server run with text=False
+        err = err.decode(errors="replace")
+    raise RuntimeError("the echo server did not announce its port: " + err[-400:])
 
 
 def stop(proc):
