@@ -170,11 +170,11 @@ protected:
   /// Gives `op` its sequence number and counts it in flight.
   void track(IoOp* op) {
     op->seq = inflight_ops_.add(op);
-    add_inflight(+1);
+    publish_inflight();
   }
   void untrack(IoOp* op) {
     inflight_ops_.remove(op->seq);
-    add_inflight(-1);
+    publish_inflight();
   }
   /// Whether `op` is still in flight as operation `seq` (reads only the
   /// table: `op` may be gone).
@@ -185,11 +185,11 @@ protected:
   /// Cancels one tracked op (owner thread).
   virtual void cancel_one(IoOp* op) = 0;
 
-  // Written by the owner only (so a load and a store, not a locked RMW);
-  // atomic because the ticker reads it.
+  // The table's size, for the ticker to read: written by the owner only
+  // (a plain store, not a locked RMW).
   std::atomic<unsigned> inflight_{0};
-  void add_inflight(int d) noexcept {
-    inflight_.store(inflight_.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
+  void publish_inflight() noexcept {
+    inflight_.store(static_cast<unsigned>(inflight_ops_.size()), std::memory_order_relaxed);
   }
   // When submissions were first held back; 0: none. Owner writes, any reads.
   std::atomic<std::uint64_t> deferred_since_{0};

@@ -6,10 +6,7 @@ namespace coresched::detail {
 void CookieBooks::open_segment(std::uint64_t cookie, std::uint64_t now) {
   std::lock_guard lk(mu_);
   close_segment_locked(now);
-  if (!seg_counters_ || counters_cookie_ != cookie) {
-    seg_counters_ = &counters_[cookie];
-    counters_cookie_ = cookie;
-  }
+  if (!seg_counters_ || seg_cookie_ != cookie) seg_counters_ = &counters_[cookie];
   seg_open_ = true;
   seg_cookie_ = cookie;
   seg_start_ = now;

@@ -67,12 +67,11 @@ private:
   std::uint64_t since_ = 0, wanted_ = 0, blocker_ = 0;
   std::mutex mu_;
   std::unordered_map<std::uint64_t, Counters> counters_;
-  // The last segment's cookie's counters (entries are never erased, and a
-  // rehash moves no node): a worker that idles between runs of one cookie,
-  // as an I/O server's do, opens and closes a segment per run, and would
-  // hash the cookie twice each time.
+  // seg_cookie_'s counters, kept while its segment is closed (entries are
+  // never erased, and a rehash moves no node): a worker that idles between
+  // runs of one cookie, as an I/O server's do, opens and closes a segment per
+  // run, and would hash the cookie twice each time. Null before the first.
   Counters* seg_counters_ = nullptr;
-  std::uint64_t counters_cookie_ = 0;
 };
 
 } // namespace coresched::detail
