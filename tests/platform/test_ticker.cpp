@@ -364,28 +364,33 @@ TEST_CASE("workers that switch between ticks with fibers queued let the ticker t
 TEST_CASE("a fiber queued behind a long run that begins among short ones runs within two slices", "[ticker]") {
   // One PU, 8 ms slice. A yields in a loop. B yields for 20 ms (a switch
   // every few us: the ticker ticks once a slice), then runs 40 ms reaching a
-  // preemption point every few us but never yielding, and again. The first
-  // tick after B's long run begins still sees the short runs' switches; the
-  // next, a slice later at most, sees none for a whole slice and asks B to
-  // stop. B has then been charged both ticks (8 quarters), more than the
-  // granularity ahead of A, so A runs: at most two slices after the long run
-  // began (a quarter more for a late tick). A times that first wait of each
+  // preemption point every few us but never yielding, and again, five times.
+  // The first tick after B's long run begins still sees the short runs'
+  // switches; the next, a slice later at most, sees none for a whole slice
+  // and asks B to stop. B is charged its cap, kMaxLead (the granularity,
+  // fiber_vtime.hpp), which leaves it level with A, whom each yield kept
+  // level with the queue's tail; ties go behind, so A runs: one to two slices
+  // after the long run began, 12 ms at the median. (A tick landing in A's
+  // last short turn would put A ahead and let B keep the PU a slice more:
+  // rare, as those turns last microseconds.) A times that first wait of each
   // long run from user code. With the slice end flagged at a second coarse
-  // tick instead, it would wait up to three slices; with none, 40 ms. (Later
-  // turns within one long run follow the vtime rule, fiber_vtime.hpp: B keeps
-  // the PU while it leads A by less than the granularity.) The best of up to
-  // three windows, as a stall of the VM can take one.
+  // tick instead, the median would be 20 ms; with no flag, 40 ms. The median
+  // of the five must stay within two slices and the worst below three (a
+  // late tick or a descheduled worker moves one wait, not the median); the
+  // best of up to three windows, as a stall of the VM can take one. (Later
+  // turns within one long run follow the vtime rule: B keeps the PU while it
+  // leads A by less than the granularity.)
   coresched::Options o = test_support::topo("core:1 pu:1");
   o.slice = 8ms;
   coresched::Runtime rt(o);
-  const auto limit = 2 * 8ms + 2ms;
-  std::chrono::steady_clock::duration worst{};
+  constexpr int kLongRuns = 5;
+  double median_ms = 0, worst_ms = 0;
   for (int attempt = 0; attempt < 3; ++attempt) {
     std::atomic<bool> stop{false};
     std::atomic<int> long_runs{0};
     std::atomic<std::chrono::steady_clock::rep> long_began{0};
     auto a = rt.spawn([&] {
-      std::chrono::steady_clock::duration longest{};
+      std::vector<double> waits_ms;
       int seen = 0;
       while (!stop.load(std::memory_order_relaxed)) {
         coresched::this_fiber::yield();
@@ -394,12 +399,12 @@ TEST_CASE("a fiber queued behind a long run that begins among short ones runs wi
         seen = n; // the first run since B's long run began
         const auto began = std::chrono::steady_clock::time_point(
             std::chrono::steady_clock::duration(long_began.load(std::memory_order_relaxed)));
-        longest = std::max(longest, std::chrono::steady_clock::now() - began);
+        waits_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count());
       }
-      return std::pair{longest, seen};
+      return waits_ms;
     });
     auto b = rt.spawn([&] {
-      for (int cycle = 0; cycle < 5; ++cycle) {
+      for (int cycle = 0; cycle < kLongRuns; ++cycle) {
         for (const auto end = std::chrono::steady_clock::now() + 20ms; std::chrono::steady_clock::now() < end;)
           coresched::this_fiber::yield();
         const auto began = std::chrono::steady_clock::now();
@@ -410,12 +415,15 @@ TEST_CASE("a fiber queued behind a long run that begins among short ones runs wi
     });
     b.join();
     stop = true;
-    const auto [longest, seen] = a.join();
-    worst = longest;
-    const double worst_ms = std::chrono::duration<double, std::milli>(worst).count();
-    UNSCOPED_INFO("window " << attempt << ": " << seen << " long runs, longest first wait " << worst_ms << " ms");
-    REQUIRE(seen == 5); // A ran during each long run (else it would not have seen it begin)
-    if (worst <= limit) break;
+    std::vector<double> waits = a.join();
+    REQUIRE(waits.size() == kLongRuns);
+    std::sort(waits.begin(), waits.end());
+    median_ms = waits[kLongRuns / 2];
+    worst_ms = waits.back();
+    UNSCOPED_INFO("window " << attempt << ": first waits of the long runs, median " << median_ms << " ms, worst "
+                            << worst_ms << " ms");
+    if (median_ms <= 16.0 && worst_ms < 24.0) break;
   }
-  CHECK(worst <= limit);
+  CHECK(median_ms <= 16.0);
+  CHECK(worst_ms < 24.0);
 }
