@@ -9,9 +9,10 @@
 // whatever the fiber or the process ever runs on it. This measures that
 // from inside a fiber on one worker (`core:1 pu:1`): each operation runs
 // below a painted stretch of the stack, and the lowest byte it changed gives
-// its depth, less that of an empty call. A lower bound (by up to kGap bytes,
-// and a frame that reserves a buffer it never fills reads shallower than its
-// stack pointer went).
+// its depth, less that of an empty call. A lower bound: the unpainted gap
+// below the measuring frame hides a few dozen bytes, and a frame that
+// reserves a buffer it never fills reads shallower than its stack pointer
+// went.
 //
 // Operations: the first call of a function bound lazily (the dynamic
 // linker's resolver runs on the caller's stack; none with LD_BIND_NOW=1 or
@@ -73,8 +74,9 @@ template <class Op> [[gnu::noinline]] std::size_t depth_of(Op& op) {
   unsigned char* const low = top - kPaint;
   paint(low, kPaint - kGap);
   run(op);
+  const volatile unsigned char* seen = low; // read back what the operation left
   std::size_t i = 0;
-  while (i < kPaint - kGap && low[i] == kMark) ++i;
+  while (i < kPaint - kGap && seen[i] == kMark) ++i;
   return kPaint - i;
 }
 
@@ -114,16 +116,19 @@ std::vector<Row> measure(Runtime& rt) {
       };
       auto nothing = [] { asm volatile(""); };
       const std::size_t base = depth_of(nothing);
-      volatile const char* a = "1.10";
-      volatile const char* b = "1.9";
+      const char* volatile a = "1.10";
+      const char* volatile b = "1.9";
       // strverscmp: called nowhere else in this program, so its first call
       // goes through the resolver unless binding was done at load.
-      add("a call to a libc function", [&] { sink = strverscmp(const_cast<const char*>(a), const_cast<const char*>(b)); });
-      struct sigaction sa {};
+      add("a call to a libc function", [&] { sink = strverscmp(a, b); });
+      // SIGUSR2's handler for the measurement only (it may be the runtime's
+      // dump signal): without SA_ONSTACK, so it runs on the fiber's stack.
+      struct sigaction sa {}, before {};
       sa.sa_handler = on_signal;
       sigemptyset(&sa.sa_mask);
-      sigaction(SIGUSR2, &sa, nullptr);
+      if (sigaction(SIGUSR2, &sa, &before) != 0) throw std::runtime_error("sigaction(SIGUSR2) failed");
       add("a signal handled on this stack", [] { raise(SIGUSR2); });
+      sigaction(SIGUSR2, &before, nullptr);
       add("throw and catch", [] {
         try {
           throw std::runtime_error("probe");
