@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <pthread.h>
 #include <span>
 #include <utility>
 #include <sanitizer/asan_interface.h>
@@ -26,6 +27,7 @@ std::size_t page_size() noexcept {
 namespace testing {
 std::atomic<int> fail_stack_allocations{0};
 std::atomic<bool> advise_one_range_at_a_time{false};
+std::atomic<int> release_delay_ms{0};
 } // namespace testing
 
 Stack allocate_stack(std::size_t usable) {
@@ -63,6 +65,12 @@ SharedStackPool::SharedStackPool(std::size_t stack_size) : stack_size_(stack_siz
 }
 
 SharedStackPool::~SharedStackPool() {
+  {
+    std::lock_guard lk(slab_mu_);
+    stopping_ = true; // unmap() below starts no batch: the slabs go whole
+  }
+  release_cv_.notify_all();
+  if (releaser_.joinable()) releaser_.join();
   for (Stack s : free_) unmap(s);
   unmap(reserve_);
   for (const auto& [base, bytes] : slabs_) {
@@ -207,22 +215,69 @@ void SharedStackPool::unmap(Stack s) noexcept {
   {
     std::lock_guard lk(slab_mu_);
     to_release_.push_back(s);
-    if (to_release_.size() < kReleaseBatch || releasing_) return;
+    if (to_release_.size() < kReleaseBatch || releasing_ || stopping_) return;
     releasing_ = true;
     std::swap(to_release_, batch_); // batch_ was empty: to_release_ starts again
+    if (!releaser_.joinable()) {
+      try {
+        releaser_ = std::thread([this] { release_loop(); });
+        pthread_setname_np(releaser_.native_handle(), "coresched-stack");
+      } catch (...) { // no thread to be had: this one gives the batch back below
+      }
+    }
+    if (releaser_.joinable()) {
+      release_cv_.notify_one();
+      return;
+    }
   }
-  // Outside the lock: where each range takes its own madvise (and TLB
-  // flush), a batch takes milliseconds, and every worker that maps or gives
-  // back a stack meanwhile would wait for it. The batch's slots are in no
-  // list, so no carve() hands one out while its memory goes.
+  // No thread could be started: the batch goes back here, as the releaser
+  // would give it.
   release_batch();
+  finish_batch();
+}
+
+// The releaser: batches go back to the kernel on this thread, not on the
+// worker that gave back the stack. A batch is one process_madvise over 512
+// ranges (or a madvise each); on a VM its TLB flush waits for every vCPU, and
+// a worker doing it held its other fibers and timers for 2 ms on average, at
+// times for 25 ms of its CPU, which the stall report then blamed on the fiber
+// that ran next. Outside the lock: a worker that maps or gives back a stack
+// meanwhile does not wait. The batch's slots are in no list, so no carve()
+// hands one out while its memory goes.
+void SharedStackPool::release_loop() {
+  std::unique_lock lk(slab_mu_);
+  for (;;) {
+    release_cv_.wait(lk, [&] { return stopping_ || releasing_; });
+    if (stopping_) return; // the slabs are unmapped whole next
+    lk.unlock();
+    release_batch();
+    lk.lock();
+    finish_batch_locked();
+  }
+}
+
+void SharedStackPool::finish_batch() {
   std::lock_guard lk(slab_mu_);
+  finish_batch_locked();
+}
+
+// The batch's slots are free again; one that filled meanwhile goes next.
+void SharedStackPool::finish_batch_locked() {
   slots_.insert(slots_.end(), batch_.begin(), batch_.end());
   batch_.clear();
-  releasing_ = false;
+  releasing_ = to_release_.size() >= kReleaseBatch && !stopping_ && releaser_.joinable();
+  if (releasing_) std::swap(to_release_, batch_);
+  release_cv_.notify_all(); // wait_released()
+}
+
+void SharedStackPool::wait_released() {
+  std::unique_lock lk(slab_mu_);
+  release_cv_.wait(lk, [&] { return !releasing_ || stopping_; });
 }
 
 void SharedStackPool::release_batch() noexcept {
+  if (const int ms = testing::release_delay_ms.load(std::memory_order_relaxed); ms > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   std::sort(batch_.begin(), batch_.end(), [](const Stack& a, const Stack& b) { return a.base < b.base; });
   const std::size_t ps = page_size();
   runs_.clear();

@@ -13,13 +13,16 @@
 // kReleaseBatch at a time with MADV_DONTNEED (which keeps the guards), the
 // batch's ranges in one system call where the kernel allows (advise() in
 // stack_pool.cpp): each call flushes every CPU's TLB, and a call per stack
-// made draining a hundred thousand parked fibers cost ~10 us per fiber.
+// made draining a hundred thousand parked fibers cost ~10 us per fiber. The
+// batches go back on a thread of the pool's own (release_loop()), started at
+// the first, so that no worker waits for the flush.
 #pragma once
 
 #include "fiber/stack_header.hpp"
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <mutex>
 #include <sys/uio.h>
@@ -49,6 +52,9 @@ extern std::atomic<int> fail_stack_allocations;
 /// Test-only: advise ranges one madvise at a time, as where the kernel
 /// refuses process_madvise on the process itself (before Linux 6.15).
 extern std::atomic<bool> advise_one_range_at_a_time;
+/// Test-only: each batch of stacks given back takes this much longer, as a
+/// slow TLB flush would.
+extern std::atomic<int> release_delay_ms;
 } // namespace testing
 
 /// The bytes mapped for a fiber that asked for `asked` (whole pages): twice
@@ -112,6 +118,9 @@ public:
   /// fibers retired in turn on different workers meet their neighbours and
   /// go back as one range (at 64, a batch held every other slot).
   static constexpr std::size_t kReleaseBatch = 512;
+  /// Returns once no batch is being given back (tests: a slot unmapped in a
+  /// full batch is zero when carved again only after this).
+  void wait_released();
   /// Calls `fn(const StackHeader&)` for every mapped stack, with the list
   /// locked (no stack is unmapped meanwhile). False if the lock stayed busy
   /// for `patience_ms` (the dump never waits long on a stuck runtime).
@@ -124,8 +133,12 @@ private:
   /// A slot of a slab, guarded and ready (under slab_mu_).
   Stack carve();
   /// Gives the memory of the slots in batch_ back, neighbours as one range
-  /// (by the one thread that set releasing_, outside slab_mu_).
+  /// (by the releaser, or the thread that set releasing_ where no releaser
+  /// could start; outside slab_mu_).
   void release_batch() noexcept;
+  void release_loop();
+  void finish_batch();
+  void finish_batch_locked();
   std::size_t stack_size_;
   std::mutex slab_mu_;               // guards the slabs and their free slots
   std::vector<std::pair<char*, std::size_t>> slabs_; // base, bytes
@@ -133,6 +146,9 @@ private:
   std::vector<Stack> slots_;         // carved before, memory given back, free again
   std::vector<Stack> batch_;         // given back, memory going back now: in no list
   bool releasing_ = false;           // batch_ and runs_ belong to a release in progress
+  bool stopping_ = false;            // the pool is going: no more batches
+  std::condition_variable release_cv_; // (slab_mu_) a batch is due, or one was given back
+  std::thread releaser_;             // started at the first batch
   std::vector<iovec> runs_;          // release_batch()'s ranges (reserved for a batch)
   char* next_slot_ = nullptr;        // the newest slab's first slot never carved
   char* slab_end_ = nullptr;

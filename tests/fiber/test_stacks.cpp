@@ -253,6 +253,7 @@ TEST_CASE("a batch of stacks larger than one process_madvise takes (2 GiB) all g
   for (std::size_t i = 0; i < detail::SharedStackPool::kReleaseBatch; ++i) stacks.push_back(pool.map(kStack));
   for (const detail::Stack& s : stacks) static_cast<char*>(s.base)[0] = 1; // memory to give back
   for (const detail::Stack& s : stacks) pool.unmap(s);                     // a whole batch: released
+  pool.wait_released();
   std::size_t kept = 0;
   for (std::size_t i = 0; i < detail::SharedStackPool::kReleaseBatch; ++i) {
     stacks[i] = pool.map(kStack);
@@ -279,6 +280,7 @@ TEST_CASE("a slab stack keeps its guard page after its memory is given back and 
   for (std::size_t i = 0; i < detail::SharedStackPool::kReleaseBatch; ++i) stacks.push_back(pool.map(64 * 1024));
   for (const detail::Stack& s : stacks) static_cast<char*>(s.base)[0] = 1; // memory to give back
   for (const detail::Stack& s : stacks) pool.unmap(s);                     // a whole batch: released
+  pool.wait_released();
   const detail::Stack again = pool.map(64 * 1024);
   CHECK(static_cast<char*>(again.base)[0] == 0); // its memory was given back: zero again
   CHECK(write_faults(static_cast<char*>(again.base) - 1));
@@ -293,4 +295,49 @@ TEST_CASE("a slab stack keeps its guard page after its memory is given back and 
     CHECK_FALSE(write_faults(stacks[i].base));
   }
   for (std::size_t i = 0; i < detail::SharedStackPool::kSlabStacks; ++i) fresh.unmap(stacks[i]);
+}
+
+TEST_CASE("stack memory goes back to the kernel off the worker: its other fibers keep running", "[stack]") {
+  // One worker; 5,000 fibers parked on an Event finish at once, so more
+  // stacks come back than the pools keep (64 + 4,096) and a batch of 512 goes
+  // back to the kernel, here made to take 300 ms (a slow TLB flush on a
+  // VM took milliseconds, at times 25 ms). A fiber on the same worker that
+  // sleeps 1 ms at a time must not see its worker held for the batch: given
+  // back on the worker, its longest gap would be 300 ms or more.
+  coresched::Options o = test_support::topo("core:1 pu:1");
+  coresched::Runtime rt(o);
+  detail::testing::release_delay_ms = 300;
+  struct Restore {
+    ~Restore() { detail::testing::release_delay_ms = 0; }
+  } restore;
+  coresched::Event go;
+  coresched::WaitGroup done;
+  constexpr int kParked = 5000;
+  done.add(kParked);
+  for (int i = 0; i < kParked; ++i)
+    rt.spawn([&] {
+      go.wait();
+      done.done();
+    }, coresched::SpawnOptions{.detached = true});
+  std::atomic<bool> stop{false};
+  auto sleeper = rt.spawn([&] {
+    std::chrono::steady_clock::duration longest{};
+    auto last = std::chrono::steady_clock::now();
+    while (!stop.load(std::memory_order_relaxed)) {
+      coresched::this_fiber::sleep_for(1ms);
+      const auto now = std::chrono::steady_clock::now();
+      longest = std::max(longest, now - last);
+      last = now;
+    }
+    return longest;
+  });
+  rt.spawn([&] {
+    go.set();
+    done.wait();
+  }).join();
+  std::this_thread::sleep_for(400ms); // past the batch's 300 ms
+  stop = true;
+  const double longest_ms = std::chrono::duration<double, std::milli>(sleeper.join()).count();
+  INFO("the sleeper's longest gap: " << longest_ms << " ms");
+  CHECK(longest_ms < 150.0);
 }
