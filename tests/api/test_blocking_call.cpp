@@ -199,11 +199,19 @@ TEST_CASE("shutdown waits for a blocking call in flight", "[blocking][shutdown]"
 }
 
 TEST_CASE("the fiber sees errno as the call left it, and a reference result is the object itself", "[blocking]") {
+  // Compiled with optimization, `errno` after the call reads through the
+  // address taken before it (glibc's __errno_location is const); a fiber that
+  // resumed on the other worker would read that thread's errno. 50 calls: one
+  // in twenty or so resumed elsewhere before the fiber was kept on its worker.
   Runtime rt(topo("core:1 pu:2"));
   rt.spawn([] {
-      errno = 0;
-      CHECK(blocking_call([] { return ::close(-1); }) == -1);
-      CHECK(errno == EBADF);
+      int wrong = 0;
+      for (int i = 0; i < 50; ++i) {
+        errno = 0;
+        CHECK(blocking_call([] { return ::close(-1); }) == -1);
+        wrong += errno != EBADF;
+      }
+      CHECK(wrong == 0);
       int x = 1;
       int& r = blocking_call([&]() -> int& { return x; });
       CHECK(&r == &x);
