@@ -91,29 +91,9 @@ Worker* claim_core(Worker* w, Call& c) {
 
 } // namespace
 
-// The fiber stays on the worker it called from until the call is over (pinned
-// there, as it was before if it was): code compiled with optimization keeps
-// errno's address across the call (glibc declares __errno_location const),
-// and resumed on another worker the fiber would read that thread's errno, not
-// the one set here from the call's.
-class StayOnWorker {
-public:
-  explicit StayOnWorker(Worker& w) : fiber_(*w.running()), was_(fiber_.pinned) {
-    fiber_.pinned = static_cast<int>(w.index());
-  }
-  ~StayOnWorker() { fiber_.pinned = was_; }
-  StayOnWorker(const StayOnWorker&) = delete;
-  StayOnWorker& operator=(const StayOnWorker&) = delete;
-
-private:
-  Fiber& fiber_;
-  int was_;
-};
-
 void run_blocking(void (*fn)(void*) noexcept, void* arg) {
   Worker* w = Worker::current();
   if (!w || !w->in_task()) return fn(arg); // a plain thread (or a helper: a nested call) just runs it
-  const StayOnWorker stay(*w);
   Call c{fn, arg};
   c.cookie = w->running()->cookie;
   w = claim_core(w, c);
