@@ -28,6 +28,7 @@ namespace testing {
 std::atomic<int> fail_stack_allocations{0};
 std::atomic<bool> advise_one_range_at_a_time{false};
 std::atomic<int> release_delay_ms{0};
+std::atomic<int> batches_released{0};
 } // namespace testing
 
 Stack allocate_stack(std::size_t usable) {
@@ -62,6 +63,10 @@ SharedStackPool::SharedStackPool(std::size_t stack_size) : stack_size_(stack_siz
   const char* guard = std::getenv("CORESCHED_STACK_GUARD");
   guard_markers_ = !(guard && std::strcmp(guard, "mprotect") == 0);
   runs_.reserve(kReleaseBatch);
+  // The CPUs of the thread that builds the runtime, before any worker pins
+  // itself: the releaser starts on a worker and would inherit its one CPU.
+  CPU_ZERO(&cpus_);
+  if (sched_getaffinity(0, sizeof(cpus_), &cpus_) != 0) CPU_ZERO(&cpus_);
 }
 
 SharedStackPool::~SharedStackPool() {
@@ -239,12 +244,15 @@ void SharedStackPool::unmap(Stack s) noexcept {
 // The releaser: batches go back to the kernel on this thread, not on the
 // worker that gave back the stack. A batch is one process_madvise over 512
 // ranges (or a madvise each); on a VM its TLB flush waits for every vCPU, and
-// a worker doing it held its other fibers and timers for 2 ms on average, at
-// times for 25 ms of its CPU, which the stall report then blamed on the fiber
-// that ran next. Outside the lock: a worker that maps or gives back a stack
+// a worker doing it would hold its other fibers and timers for 2 ms on
+// average, at times for 25 ms of its CPU, which the stall report would then
+// blame on the fiber that ran next. Outside the lock: a worker that maps or gives back a stack
 // meanwhile does not wait. The batch's slots are in no list, so no carve()
 // hands one out while its memory goes.
 void SharedStackPool::release_loop() {
+  // Off the CPU of the worker that started it: the flush's wait would hold that
+  // worker's CPU as before (best effort, as the worker's own pinning).
+  if (CPU_COUNT(&cpus_) > 0) pthread_setaffinity_np(pthread_self(), sizeof(cpus_), &cpus_);
   std::unique_lock lk(slab_mu_);
   for (;;) {
     release_cv_.wait(lk, [&] { return stopping_ || releasing_; });
@@ -276,6 +284,7 @@ void SharedStackPool::wait_released() {
 }
 
 void SharedStackPool::release_batch() noexcept {
+  testing::batches_released.fetch_add(1, std::memory_order_relaxed);
   if (const int ms = testing::release_delay_ms.load(std::memory_order_relaxed); ms > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   std::sort(batch_.begin(), batch_.end(), [](const Stack& a, const Stack& b) { return a.base < b.base; });

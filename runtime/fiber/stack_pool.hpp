@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <mutex>
+#include <sched.h>
 #include <sys/uio.h>
 #include <thread>
 #include <utility>
@@ -55,6 +56,8 @@ extern std::atomic<bool> advise_one_range_at_a_time;
 /// Test-only: each batch of stacks given back takes this much longer, as a
 /// slow TLB flush would.
 extern std::atomic<int> release_delay_ms;
+/// Test-only: batches of stacks given back so far.
+extern std::atomic<int> batches_released;
 } // namespace testing
 
 /// The bytes mapped for a fiber that asked for `asked` (whole pages): twice
@@ -149,6 +152,7 @@ private:
   bool stopping_ = false;            // the pool is going: no more batches
   std::condition_variable release_cv_; // (slab_mu_) a batch is due, or one was given back
   std::thread releaser_;             // started at the first batch
+  cpu_set_t cpus_;                   // the releaser's CPUs: those of the runtime's builder
   std::vector<iovec> runs_;          // release_batch()'s ranges (reserved for a batch)
   char* next_slot_ = nullptr;        // the newest slab's first slot never carved
   char* slab_end_ = nullptr;

@@ -16,11 +16,14 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -297,25 +300,49 @@ TEST_CASE("a slab stack keeps its guard page after its memory is given back and 
   for (std::size_t i = 0; i < detail::SharedStackPool::kSlabStacks; ++i) fresh.unmap(stacks[i]);
 }
 
+namespace {
+/// The CPUs of the runtime's own thread named `name`; 0 if there is none.
+int cpus_of_thread(const char* name) {
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string line;
+    if (!std::getline(comm, line) || line != name) continue;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(std::stoi(task.path().filename().string()), sizeof(set), &set) != 0) return 0;
+    return CPU_COUNT(&set);
+  }
+  return 0;
+}
+} // namespace
+
 TEST_CASE("stack memory goes back to the kernel off the worker: its other fibers keep running", "[stack]") {
   // One worker; 5,000 fibers parked on an Event finish at once, so more
   // stacks come back than the pools keep (64 + 4,096) and a batch of 512 goes
   // back to the kernel, here made to take 300 ms (a slow TLB flush on a
   // VM took milliseconds, at times 25 ms). A fiber on the same worker that
   // sleeps 1 ms at a time must not see its worker held for the batch: given
-  // back on the worker, its longest gap would be 300 ms or more.
+  // back on the worker, its longest gap would be 300 ms or more. The thread
+  // that gives it back runs on the CPUs this thread had, not on the worker's
+  // one (where the flush's wait would still hold the worker).
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  REQUIRE(sched_getaffinity(0, sizeof(mine), &mine) == 0);
   coresched::Options o = test_support::topo("core:1 pu:1");
   coresched::Runtime rt(o);
   detail::testing::release_delay_ms = 300;
   struct Restore {
     ~Restore() { detail::testing::release_delay_ms = 0; }
   } restore;
+  const int batches_before = detail::testing::batches_released.load();
   coresched::Event go;
   coresched::WaitGroup done;
+  std::atomic<int> parked{0};
   constexpr int kParked = 5000;
   done.add(kParked);
   for (int i = 0; i < kParked; ++i)
     rt.spawn([&] {
+      parked.fetch_add(1);
       go.wait();
       done.done();
     }, coresched::SpawnOptions{.detached = true});
@@ -332,6 +359,7 @@ TEST_CASE("stack memory goes back to the kernel off the worker: its other fibers
     return longest;
   });
   rt.spawn([&] {
+    while (parked.load() < kParked) coresched::this_fiber::yield(); // every stack in use at once
     go.set();
     done.wait();
   }).join();
@@ -339,5 +367,7 @@ TEST_CASE("stack memory goes back to the kernel off the worker: its other fibers
   stop = true;
   const double longest_ms = std::chrono::duration<double, std::milli>(sleeper.join()).count();
   INFO("the sleeper's longest gap: " << longest_ms << " ms");
+  CHECK(detail::testing::batches_released.load() > batches_before); // the case under test happened
   CHECK(longest_ms < 150.0);
+  if (CPU_COUNT(&mine) > 1) CHECK(cpus_of_thread("coresched-stack") == CPU_COUNT(&mine));
 }
