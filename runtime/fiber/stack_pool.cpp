@@ -27,7 +27,7 @@ std::size_t page_size() noexcept {
 namespace testing {
 std::atomic<int> fail_stack_allocations{0};
 std::atomic<bool> advise_one_range_at_a_time{false};
-std::atomic<int> release_delay_ms{0};
+std::atomic<bool> hold_releases{false};
 std::atomic<int> batches_released{0};
 } // namespace testing
 
@@ -285,8 +285,7 @@ void SharedStackPool::wait_released() {
 
 void SharedStackPool::release_batch() noexcept {
   testing::batches_released.fetch_add(1, std::memory_order_relaxed);
-  if (const int ms = testing::release_delay_ms.load(std::memory_order_relaxed); ms > 0)
-    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  while (testing::hold_releases.load(std::memory_order_relaxed)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   std::sort(batch_.begin(), batch_.end(), [](const Stack& a, const Stack& b) { return a.base < b.base; });
   const std::size_t ps = page_size();
   runs_.clear();

@@ -53,9 +53,9 @@ extern std::atomic<int> fail_stack_allocations;
 /// Test-only: advise ranges one madvise at a time, as where the kernel
 /// refuses process_madvise on the process itself (before Linux 6.15).
 extern std::atomic<bool> advise_one_range_at_a_time;
-/// Test-only: each batch of stacks given back takes this much longer, as a
+/// Test-only: while true, a batch of stacks being given back waits, as a
 /// slow TLB flush would.
-extern std::atomic<int> release_delay_ms;
+extern std::atomic<bool> hold_releases;
 /// Test-only: batches of stacks given back so far.
 extern std::atomic<int> batches_released;
 } // namespace testing
